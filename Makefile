@@ -1,0 +1,29 @@
+# Two entry points for a fresh clone: `make demo` and `make test`. Both are idempotent.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.zerotune-installed
+# Installed first and by exact version: pip then finds the local CPU wheel, and the
+# later `.[dev]` install sees torch satisfied instead of pulling CUDA wheels.
+TORCH_SPEC ?= torch==2.13.0
+
+.PHONY: demo test lint clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q "$(TORCH_SPEC)"
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/zerotune recommend --model llama-7b
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check zerotune tests scripts
+
+clean:
+	rm -rf $(VENV)

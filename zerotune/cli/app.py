@@ -1,0 +1,72 @@
+"""The `zerotune` command: registers one thin module per subcommand and owns the error boundary.
+
+Exit codes (zerotune.errors.ExitCode): 0 ok, 1 findings / failed run, 2 usage or input error.
+A ZerotuneError prints one line and its hint, never a traceback unless --verbose.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from zerotune.cli import bench, memory, predict, probe, recommend, rule, validate
+from zerotune.errors import ExitCode, ZerotuneError
+
+app = typer.Typer(
+    name="zerotune",
+    help="Tune and validate DeepSpeed ZeRO configurations before launch.",
+    no_args_is_help=True,
+    add_completion=False,
+    rich_markup_mode="rich",
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+@app.callback()
+def _root(
+    verbose: bool = typer.Option(False, "--verbose", help="Show tracebacks for errors."),
+) -> None:
+    """zerotune: memory, step-time and config checks for DeepSpeed ZeRO."""
+
+
+for _module in (memory, validate, rule, probe, bench, predict, recommend):
+    app.command(_module.NAME, help=_module.HELP)(_module.command)
+
+
+def _report(message: str, hint: str | None = None) -> None:
+    sys.stderr.write(f"error: {message}\n")
+    if hint:
+        sys.stderr.write(f"  hint: {hint}\n")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console entry point. Never returns: exits with an ExitCode.
+
+    Commands return nothing on success and raise typer.Exit(code) for findings; typer itself
+    exits 2 on usage errors. Everything else that escapes a command is handled here.
+    """
+    args = list(sys.argv[1:] if argv is None else argv)
+    verbose = "--verbose" in args
+    try:
+        app(args=args, prog_name="zerotune")
+        code = ExitCode.OK
+    except SystemExit as exc:  # typer's normal way out (also usage errors, exit 2)
+        code = exc.code if isinstance(exc.code, int) else (ExitCode.OK if exc.code is None else ExitCode.USAGE)
+    except ZerotuneError as exc:
+        if verbose:
+            raise
+        _report(exc.message, exc.hint)
+        code = exc.exit_code
+    except KeyboardInterrupt:
+        _report("interrupted")
+        code = 130
+    except BrokenPipeError:
+        code = ExitCode.OK
+    except Exception as exc:  # an internal error: short by default, full with --verbose
+        if verbose:
+            raise
+        _report(f"internal error: {type(exc).__name__}: {exc}", "run again with --verbose for the traceback")
+        code = ExitCode.USAGE
+    sys.exit(int(code))

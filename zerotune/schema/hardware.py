@@ -1,0 +1,180 @@
+"""Hardware profile: one versioned schema for the built-in catalog (profiles/hardware/*.yaml)
+and for what `zerotune probe` measures, so a measured profile and a built-in one are
+interchangeable everywhere (memory, predict, recommend, validate).
+
+Conventions: bytes and bytes/s (`_Bps`), FLOP/s (`_flops`), seconds (`_s`). Memory sizes are
+exact byte counts (an "80 GB" H100 has 80 GiB = 85899345920 B of HBM as NVML reports it).
+Unknown values are null, never guessed: consumers must say "n/a" or fall back to a stated
+default. Every sub-object carries `source`: a datasheet URL, an nccl-tests result, a paper,
+or "measured by zerotune probe <version> on <date>".
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from zerotune.collectives import Collective, alpha_beta_time, interpolate_busbw
+
+SCHEMA_VERSION = 1
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class GpuSpec(_Strict):
+    """One GPU model (every GPU of a profile is the same model)."""
+
+    name: str
+    memory_bytes: int | None = Field(None, description="HBM capacity in bytes, as NVML reports it")
+    peak_bf16_flops: float | None = Field(None, description="dense (no sparsity) tensor-core peak")
+    peak_fp16_flops: float | None = None
+    peak_fp32_flops: float | None = Field(None, description="non-tensor-core FP32 peak")
+    hbm_bandwidth_Bps: float | None = None
+    compute_capability: str | None = None
+    bf16_supported: bool | None = Field(None, description="compute capability >= 8.0 (Ampere+)")
+    source: str | None = None
+
+    def peak_flops(self, precision: str) -> float | None:
+        return {"bf16": self.peak_bf16_flops, "fp16": self.peak_fp16_flops, "fp32": self.peak_fp32_flops}.get(
+            precision
+        )
+
+
+class CollectivePerf(_Strict):
+    """How one collective performs on one link class.
+
+    `curve` holds measured (total bytes, busbw B/s) points (nccl-tests' definition of S and
+    busbw); when present it wins over the alpha-beta pair, which is then the fitted summary.
+    """
+
+    alpha_s: float | None = Field(None, description="latency term of t = alpha + S*factor/busbw")
+    busbw_Bps: float | None = Field(None, description="large-message bus bandwidth")
+    curve: list[tuple[float, float]] = Field(default_factory=list)
+    source: str | None = None
+
+    def time(self, op: Collective, size_bytes: float, n: int) -> float | None:
+        """Predicted seconds for one call, or None when this link has no numbers."""
+        if n <= 1 or size_bytes <= 0:
+            return 0.0
+        alpha = self.alpha_s or 0.0
+        if self.curve:
+            bw = interpolate_busbw(self.curve, size_bytes)
+            # The curve already folds latency into busbw at small sizes.
+            return alpha_beta_time(op, size_bytes, n, 0.0, bw)
+        if self.busbw_Bps is None:
+            return None
+        return alpha_beta_time(op, size_bytes, n, alpha, self.busbw_Bps)
+
+
+class LinkClass(_Strict):
+    """A class of links that a process group's collectives run over (NVLink inside a node,
+    InfiniBand between nodes, gloo over loopback on a CPU host...)."""
+
+    kind: str = Field(description="nvlink4 | nvlink3 | pcie4 | pcie5 | ib-ndr400 | tcp | loopback-gloo ...")
+    backend: Literal["nccl", "gloo"] = "nccl"
+    ranks: int | None = Field(None, description="ranks the numbers were measured or quoted at")
+    nominal_Bps: float | None = Field(None, description="per-GPU unidirectional link peak (datasheet)")
+    p2p: bool | None = Field(None, description="GPU peer-to-peer available (False: staged through host)")
+    collectives: dict[Collective, CollectivePerf] = Field(default_factory=dict)
+    source: str | None = None
+
+
+class HostSpec(_Strict):
+    cpu_model: str | None = None
+    cpu_cores: int | None = None
+    ram_bytes: int | None = None
+    ram_available_bytes: int | None = None
+    shm_bytes: int | None = None
+    pcie_gen: int | None = None
+    pcie_width: int | None = None
+    h2d_pinned_Bps: float | None = Field(None, description="host->device copy bandwidth, pinned memory")
+    d2h_pinned_Bps: float | None = None
+    h2d_pageable_Bps: float | None = None
+    nvme_read_Bps: float | None = None
+    nvme_write_Bps: float | None = None
+    cpu_adam_params_per_s: float | None = Field(None, description="CPU Adam update throughput (offload)")
+    source: str | None = None
+
+
+class ComputeSpec(_Strict):
+    """Achieved (not peak) throughput: measured by the probe, or a stated assumption."""
+
+    achieved_flops: dict[str, float] = Field(
+        default_factory=dict, description="dtype -> FLOP/s of a transformer block fwd+bwd"
+    )
+    mfu_assumption: float | None = Field(
+        None, description="achieved/peak to use when achieved_flops lacks the dtype"
+    )
+    overlap_slowdown: float | None = Field(
+        None, description="compute time multiplier while a collective runs concurrently (>= 1)"
+    )
+    measured_shape: str | None = None
+    source: str | None = None
+
+
+class NvLinkInfo(_Strict):
+    link: int
+    version: int | None = None
+    remote_pci_bus_id: str | None = None
+    bandwidth_Bps: float | None = None
+
+
+class DeviceInfo(_Strict):
+    """Per-GPU facts read through NVML by `zerotune probe`."""
+
+    index: int
+    name: str
+    uuid: str | None = None
+    pci_bus_id: str | None = None
+    memory_total_bytes: int | None = None
+    memory_free_bytes: int | None = None
+    compute_capability: str | None = None
+    pcie_gen_current: int | None = None
+    pcie_gen_max: int | None = None
+    pcie_width_current: int | None = None
+    pcie_width_max: int | None = None
+    nvlinks: list[NvLinkInfo] = Field(default_factory=list)
+    numa_node: int | None = None
+    cpu_affinity: str | None = None
+    power_limit_w: float | None = None
+    ecc_enabled: bool | None = None
+    mig_enabled: bool | None = None
+
+
+class Topology(_Strict):
+    """Pairwise GPU connectivity, nvidia-smi topo style: NV<k> (k NVLinks), PIX (same PCIe
+    switch), PXB (several switches), PHB (host bridge), NODE (same NUMA node), SYS (cross-socket)."""
+
+    matrix: list[list[str]]
+
+
+class HardwareProfile(_Strict):
+    schema_version: Literal[1] = SCHEMA_VERSION
+    name: str
+    description: str = ""
+    origin: Literal["catalog", "probe"] = "catalog"
+    created: str | None = Field(None, description="ISO-8601 time of the probe")
+    nodes: int = 1
+    gpus_per_node: int = Field(description="0 for a host without NVIDIA GPUs")
+    gpu: GpuSpec | None = None
+    host: HostSpec = Field(default_factory=HostSpec)
+    intra_node: LinkClass | None = None
+    inter_node: LinkClass | None = None
+    compute: ComputeSpec = Field(default_factory=ComputeSpec)
+    devices: list[DeviceInfo] = Field(default_factory=list)
+    topology: Topology | None = None
+    driver_version: str | None = None
+    cuda_driver_version: str | None = None
+    hourly_rate_usd: float | None = Field(None, description="whole-cluster $/h, for --objective cost")
+    notes: list[str] = Field(default_factory=list)
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    @property
+    def has_gpus(self) -> bool:
+        return self.gpus_per_node > 0 and self.gpu is not None

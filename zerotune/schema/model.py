@@ -1,0 +1,88 @@
+"""Model architecture as every other module sees it.
+
+The catalog (zerotune/catalog/models.py) builds a ModelSpec from profiles/models/*.yaml, from a
+local Hugging Face config.json, or from ad-hoc --params/--layers/--hidden. Parameter counts are
+computed from the architecture (the `layers` tensor lists), never typed in.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+LayerKind = Literal["embedding", "block", "encoder_block", "decoder_block", "norm", "head"]
+
+
+class LayerSpec(BaseModel):
+    """One module in forward order: an embedding, one transformer block, the final norm, the head.
+
+    `tensors` lists the numel of each parameter tensor this module owns directly or through its
+    children (for a block: q, k, v, o, mlp matrices, norms, biases), in module order. This is
+    what bucket filling (stage 1/2) and parameter fetching/persistence (stage 3) act on.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    kind: LayerKind
+    tensors: tuple[int, ...]
+
+    @property
+    def params(self) -> int:
+        return sum(self.tensors)
+
+
+class ModelSpec(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    family: str = Field(description="llama | mistral | mixtral | qwen2 | gemma | phi3 | falcon | gpt2 | bloom | t5 | custom")
+    source: str | None = None
+    num_layers: int = Field(description="transformer blocks (encoder + decoder for T5)")
+    hidden_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    ffn_size: int = Field(description="MLP intermediate size (per expert for MoE)")
+    vocab_size: int
+    tied_embeddings: bool
+    gated_mlp: bool = Field(description="SwiGLU/GeGLU (3 MLP matrices) vs plain (2)")
+    num_experts: int = 1
+    experts_per_token: int = 1
+    max_seq_len: int | None = None
+    layers: tuple[LayerSpec, ...]
+
+    @cached_property
+    def params(self) -> int:
+        """Total parameter count (tied embeddings counted once)."""
+        return sum(layer.params for layer in self.layers)
+
+    @cached_property
+    def largest_tensor(self) -> int:
+        """numel of the largest single parameter tensor (often the embedding)."""
+        return max(max(layer.tensors) for layer in self.layers if layer.tensors)
+
+    @cached_property
+    def largest_layer(self) -> int:
+        """Params of the largest module (DeepSpeed's estimators call this largest_layer_params)."""
+        return max(layer.params for layer in self.layers)
+
+    @cached_property
+    def blocks(self) -> tuple[LayerSpec, ...]:
+        return tuple(layer for layer in self.layers if layer.kind.endswith("block"))
+
+    @cached_property
+    def block_params(self) -> int:
+        """Params of one transformer block (the largest, for heterogeneous models)."""
+        return max(layer.params for layer in self.blocks)
+
+    @cached_property
+    def active_params(self) -> int:
+        """Params used per token: for MoE only `experts_per_token` of `num_experts` experts."""
+        if self.num_experts <= 1:
+            return self.params
+        expert = (3 if self.gated_mlp else 2) * self.hidden_size * self.ffn_size
+        idle = (self.num_experts - self.experts_per_token) * expert * len(self.blocks)
+        return self.params - idle
