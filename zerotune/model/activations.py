@@ -1,0 +1,123 @@
+"""Activation memory of a decoder-only transformer per GPU, after Korthikanti et al. 2022.
+
+Source: V. Korthikanti et al., "Reducing Activation Recomputation in Large Transformer Models",
+arXiv:2205.05198, Sec. 4.1. For a GPT block in 16-bit with tensor parallel size 1 they count
+the bytes autograd keeps for backward as
+
+    s·b·h·(34 + 5·a·s/h)
+
+(s sequence length, b micro-batch, h hidden size, a attention heads): 11·s·b·h + 5·a·s²·b for
+attention, 19·s·b·h for the MLP (ffn = 4h), 4·s·b·h for the two layer norms. This module keeps
+their term-by-term accounting and generalises it to today's models:
+
+- Attention kernel. Default: FlashAttention / PyTorch SDPA, which recompute the s×s scores in
+  backward and store only the output and a per-row log-sum-exp (4·a·s·b bytes, fp32). The
+  5·a·s²·b term (softmax output 2, dropout mask 1, dropout output 2) applies only with
+  `flash=False` (eager attention).
+- Grouped-query attention: K and V are s·b·h·kv/a each.
+- MLP of intermediate size f: plain (GeLU) stores fc1's output and the activation's output,
+  2·E·s·b·f; gated (SwiGLU/GeGLU, Llama-style `down(act(gate(x)) * up(x))`) stores gate, up,
+  act(gate) and their product, 4·E·s·b·f. MoE: each token runs `experts_per_token` MLPs.
+- Dropout masks (1 byte per element) only with `dropout=True`; most LLM recipes disable dropout.
+- E is the activation dtype's size: 2 for bf16/fp16, 4 for fp32.
+
+With activation checkpointing (full recomputation per block, as HF `gradient_checkpointing`
+and Megatron's "full" mode do) each block keeps only its input, E·s·b·h (Korthikanti's 2·s·b·h·L),
+and backward re-materialises one block at a time, so one block's full activations are added.
+
+The head is never checkpointed. Its logits and the cross-entropy buffers dominate for large
+vocabularies: HF's causal-LM loss (transformers `loss_utils.ForCausalLMLoss`) upcasts the
+16-bit logits to fp32, log-softmax saves its fp32 output, and backward builds an fp32 gradient
+of it, then a 16-bit one. The peak is ≈ 12 bytes per logit in every precision (bf16: 2 + 4 + 4
++ 2; fp32: the upcast is a no-op, 4 + 4 + 4), i.e. 12·s·b·V (V vocabulary size).
+"""
+
+from __future__ import annotations
+
+from zerotune.units import DTYPE_BYTES
+
+LOGIT_BYTES = 12
+"""Peak bytes per logit of the head + cross-entropy loss (module docstring)."""
+
+
+def layer_activation_bytes(
+    seq: int,
+    micro: int,
+    hidden: int,
+    heads: int,
+    *,
+    kv_heads: int | None = None,
+    ffn: int | None = None,
+    gated: bool = False,
+    elem_bytes: int = 2,
+    flash: bool = True,
+    dropout: bool = False,
+    experts_per_token: int = 1,
+) -> int:
+    """Bytes one transformer block keeps for backward (Korthikanti et al. 2022, Sec. 4.1, generalised).
+
+    With `ffn=4h`, `kv_heads=heads`, `gated=False`, `elem_bytes=2`, `dropout=True`, `flash=False`
+    this is exactly their s·b·h·(34 + 5·a·s/h).
+    """
+    kv = heads if kv_heads is None else kv_heads
+    f = 4 * hidden if ffn is None else ffn
+    e = elem_bytes
+    sbh = seq * micro * hidden
+    mask = 1 if dropout else 0
+    # Attention: layer-norm input, QKV input, Q, K, V, output-projection input, output dropout mask.
+    attention = e * sbh * 4 + 2 * e * sbh * kv // heads + mask * sbh
+    if flash:
+        attention += 4 * heads * seq * micro  # fp32 log-sum-exp per row
+    else:
+        attention += (e + mask * (1 + e)) * heads * seq * seq * micro  # softmax out (+ dropout mask, output)
+    # MLP: layer-norm input, fc1 input, intermediate tensors, output dropout mask.
+    intermediate = (4 if gated else 2) * e * seq * micro * f * experts_per_token
+    mlp = 2 * e * sbh + intermediate + mask * sbh
+    return attention + mlp
+
+
+def head_activation_bytes(seq: int, micro: int, hidden: int, vocab: int, *, elem_bytes: int = 2) -> int:
+    """Final norm input and LM-head input (E·s·b·h each) plus the logits/loss buffers, 12·s·b·V."""
+    return 2 * elem_bytes * seq * micro * hidden + LOGIT_BYTES * seq * micro * vocab
+
+
+def activation_bytes(
+    *,
+    num_layers: int,
+    seq: int,
+    micro: int,
+    hidden: int,
+    heads: int,
+    kv_heads: int,
+    ffn: int,
+    gated: bool,
+    vocab: int,
+    precision: str,
+    checkpointing: bool,
+    experts_per_token: int = 1,
+    flash: bool = True,
+    dropout: bool = False,
+) -> int:
+    """Peak activation bytes per GPU for one micro-batch (no tensor/sequence parallelism).
+
+    Without checkpointing: L blocks' full activations + the head. With checkpointing: L block
+    inputs (E·s·b·h each) + one block re-materialised in backward + the head.
+    """
+    e = DTYPE_BYTES[precision]
+    block = layer_activation_bytes(
+        seq,
+        micro,
+        hidden,
+        heads,
+        kv_heads=kv_heads,
+        ffn=ffn,
+        gated=gated,
+        elem_bytes=e,
+        flash=flash,
+        dropout=dropout,
+        experts_per_token=experts_per_token,
+    )
+    head = head_activation_bytes(seq, micro, hidden, vocab, elem_bytes=e)
+    if checkpointing:
+        return num_layers * e * seq * micro * hidden + block + head
+    return num_layers * block + head

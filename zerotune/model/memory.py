@@ -1,0 +1,456 @@
+"""Per-GPU memory of a DeepSpeed ZeRO job: model states, communication buffers, activations, overhead.
+
+Model states follow the ZeRO paper (S. Rajbhandari et al., "ZeRO: Memory Optimizations Toward
+Training Trillion Parameter Models", arXiv:1910.02054, Sec. 3.1 and 5): mixed-precision Adam keeps
+2Ψ bytes of 16-bit parameters, 2Ψ of 16-bit gradients and KΨ of optimizer states (K = 12: fp32
+master weights, momentum, variance), and ZeRO partitions them over N_d data-parallel ranks:
+
+    baseline  (2 + 2 + K)·Ψ        P_os  4Ψ + KΨ/N_d
+    P_os+g    2Ψ + (2 + K)Ψ/N_d    P_os+g+p  (2 + 2 + K)Ψ/N_d
+
+DeepSpeed 0.19.8 allocates a little more than the paper counts, and `model_states` says where
+(DEEPSPEED_FACTS §4; deepspeed/runtime/zero/stage_1_and_2.py, stage3.py, fp16/fused_optimizer.py):
+
+- the optimizer steps on an fp32 copy of the gradient partition (`grads_fp32`, 4 B/param of the
+  partition). Stage 1/2 build it per parameter group inside `step()`; stage 3 per sub-group of at
+  most `sub_group_size` elements; with optimizer offload it is a persistent pinned CPU buffer.
+  DeepSpeed's own estimators count it ("4_grads_32bit"), the paper does not;
+- stage 1/2 clone the partition into a separate fp32 master even when the model is fp32
+  (`single_partition_of_fp32_groups`), while stage 3 reuses the fp32 partition;
+- stage 3 keeps the gradient partitions in the model dtype (`grad_partitions_flat_buffer`),
+  which DeepSpeed's ZeRO-3 estimator leaves out;
+- CPU optimizer offload also keeps a 16-bit copy of the partition on the host (stage 1/2
+  `param_buffer_of_bit16_for_cpu_offload_groups`, stage 3 the gradient partition buffer).
+
+Communication buffers are sized from the ZeRO knobs exactly as DeepSpeed allocates them
+(`comm_buffer_bytes`). Activations come from zerotune.model.activations (Korthikanti et al. 2022).
+Everything here is pure arithmetic on ints: the search calls `estimate_memory` for every candidate.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+from zerotune.dsconfig.settings import ZeroSettings
+from zerotune.model.activations import activation_bytes
+from zerotune.schema.hardware import HardwareProfile
+from zerotune.schema.model import ModelSpec
+from zerotune.schema.workload import Workload
+from zerotune.units import DTYPE_BYTES, GiB, fmt_bytes, fmt_count
+
+DEFAULT_MARGIN = 0.05
+"""Headroom asked for on top of the estimate: the model's own error, not fragmentation (below)."""
+
+CUDA_CONTEXT_BYTES = 1 * GiB
+"""Fixed per-process GPU memory outside PyTorch's allocator: the CUDA context and the kernel images
+of torch/cuBLAS/NCCL (≈0.5–0.8 GiB on A100/H100 with torch 2.x, as nvidia-smi shows for an idle
+process after its first CUDA kernel), the cuBLAS workspace and NCCL's per-peer channel buffers
+(NCCL_BUFFSIZE 4 MiB × channels). Rounded up to 1 GiB."""
+
+FRAGMENTATION = 0.10
+"""Caching-allocator slack as a fraction of the short-lived allocations (activations, gathered
+parameters, buckets): their varying sizes leave reserved-but-unallocated blocks, typically 5–15%
+of them (PyTorch CUDA caching allocator; `expandable_segments` lowers it). Model states are a few
+flat buffers allocated once and fragment little, so they are left out of the base."""
+
+STAGE0_ALLREDUCE_ELEMENTS = 500_000_000
+"""Without ZeRO the engine all-reduces gradients in flattened buckets of this many elements
+(deepspeed/runtime/engine.py MEMORY_OPT_ALLREDUCE_SIZE)."""
+
+MOMENT_BYTES = {"adam": 8, "adamw": 8, "sgd": 4, "lion": 4, "adagrad": 4}
+"""fp32 optimizer state per parameter, master weights excluded: Adam/AdamW momentum + variance
+(Kingma & Ba 2015); SGD with momentum one buffer (torch.optim.SGD `momentum_buffer`; plain SGD
+without momentum has none, we assume momentum); Lion one momentum (Chen et al. 2023,
+arXiv:2302.06675); Adagrad one sum of squares (torch.optim.Adagrad `sum`)."""
+
+OFFLOAD_OPTIONS: tuple[tuple[int, str, str], ...] = (
+    (0, "none", "none"),
+    (1, "none", "none"),
+    (1, "cpu", "none"),
+    (1, "nvme", "none"),
+    (2, "none", "none"),
+    (2, "cpu", "none"),
+    (2, "nvme", "none"),
+    (3, "none", "none"),
+    (3, "cpu", "none"),
+    (3, "cpu", "cpu"),
+    (3, "nvme", "nvme"),
+)
+"""(stage, offload_optimizer, offload_param) combinations worth comparing; stage 0 ignores offload."""
+
+
+@dataclass(frozen=True)
+class MemoryBreakdown:
+    """Bytes per GPU."""
+
+    params: int
+    gradients: int
+    optimizer_states: int
+    comm_buffers: int
+    activations: int
+    overhead: int
+
+    @property
+    def model_states(self) -> int:
+        return self.params + self.gradients + self.optimizer_states
+
+    @property
+    def total(self) -> int:
+        return self.model_states + self.comm_buffers + self.activations + self.overhead
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    per_gpu: MemoryBreakdown
+    cpu_bytes_per_node: int
+    """host RAM the offload needs on each node (pinned buffers included)"""
+    nvme_bytes_per_node: int
+    gpu_capacity_bytes: int | None
+    """from the hardware profile; None without GPUs/profile"""
+    fits: bool | None
+    """total·(1 + margin) ≤ capacity; None when capacity is unknown"""
+    headroom_bytes: int | None
+    """capacity − total·(1 + margin): ≥ 0 exactly when it fits"""
+    notes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class StateBytes:
+    """Bytes per parameter of each model-state tensor, before partitioning."""
+
+    param: int
+    """working copy the forward/backward use (model dtype)"""
+    grad: int
+    """gradient as accumulated and reduced (model dtype, DeepSpeed's default grad-accum dtype)"""
+    grad_fp32: int
+    """fp32 copy of the gradient the optimizer steps on (0 when the model is fp32)"""
+    master: int
+    """fp32 master weights"""
+    moments: int
+    """optimizer moments (MOMENT_BYTES)"""
+
+    @property
+    def k(self) -> int:
+        """The ZeRO paper's K: optimizer-state bytes per parameter (12 for mixed-precision Adam)."""
+        return self.master + self.moments
+
+
+@lru_cache(maxsize=256)
+def state_bytes(precision: str, optimizer: str, stage: int, *, offload: bool = False) -> StateBytes:
+    """Bytes per parameter of each state for this precision, optimizer and stage.
+
+    Mixed precision (bf16/fp16): 16-bit params and grads, fp32 master, fp32 gradient copy.
+    fp32: no separate gradient copy; a separate fp32 master only where DeepSpeed clones one
+    (stage 1/2 always, any stage with optimizer offload; stage 0 steps the model's own fp32
+    tensors, stage 3 reuses the fp32 partition: stage3.py `_create_fp32_partitions`).
+    """
+    e = DTYPE_BYTES[precision]
+    moments = MOMENT_BYTES[optimizer]
+    if e < 4:
+        return StateBytes(param=e, grad=e, grad_fp32=4, master=4, moments=moments)
+    master = 4 if (stage in (1, 2) or offload) else 0
+    return StateBytes(param=4, grad=4, grad_fp32=0, master=master, moments=moments)
+
+
+@dataclass(frozen=True)
+class ModelStates:
+    """Where the model states of one rank live, in bytes. GPU terms map onto MemoryBreakdown."""
+
+    params: int
+    grads: int
+    grads_fp32: int
+    optimizer: int
+    cpu: int
+    nvme: int
+
+
+def model_states(
+    psi: int,
+    n_d: int,
+    stage: int,
+    sb: StateBytes,
+    *,
+    offload_optimizer: str = "none",
+    offload_param: str = "none",
+    persistent: int = 0,
+    sub_group_size: int = 1_000_000_000,
+    max_in_cpu: int = 1_000_000_000,
+) -> ModelStates:
+    """Model-state bytes of one rank for Ψ = `psi` parameters over N_d = `n_d` ranks.
+
+    GPU: stage 0 replicates everything; stage 1 partitions master + moments (the ZeRO paper's
+    P_os); stage 2 also the gradients (P_os+g, `grads_in_partition`); stage 3 also the parameters
+    (P_os+g+p), except `persistent` elements that stay gathered on every rank. Partitions are
+    ⌈Ψ/N_d⌉ elements (DeepSpeed pads the last one).
+    Offload (DEEPSPEED_FACTS §2.3, §4): stage 1/2 treat any offload device as CPU; the GPU then
+    holds no optimizer state and (stage 2) no gradient partition. Stage 3 `nvme` keeps
+    min(partition, max_in_cpu) parameter elements in host RAM and the rest on NVMe; NVMe optimizer
+    state lives entirely on NVMe. The host pinned swap buffers are in `offload_host_buffers`.
+    With `sb.grad_fp32 = 0` and K = `sb.k` this is exactly the paper's formula.
+    """
+    part = -(-psi // n_d)
+    opt_dev = offload_optimizer if stage > 0 else "none"
+    if stage in (1, 2) and opt_dev == "nvme":
+        opt_dev = "cpu"
+    par_dev = offload_param if stage == 3 else "none"
+    if stage == 0:
+        return ModelStates(psi * sb.param, psi * sb.grad, psi * sb.grad_fp32, psi * sb.k, 0, 0)
+    if stage == 3:
+        params = persistent * sb.param
+        if par_dev == "none":
+            params += -(-(psi - persistent) // n_d) * sb.param
+    else:
+        params = psi * sb.param
+    cpu = nvme = 0
+    if par_dev == "cpu":
+        cpu += part * sb.param
+    elif par_dev == "nvme":
+        in_cpu = min(part, max_in_cpu)
+        cpu += in_cpu * sb.param
+        nvme += (part - in_cpu) * sb.param
+    if opt_dev == "none":
+        grads = psi * sb.grad if stage == 1 else part * sb.grad
+        step_elems = min(part, sub_group_size) if stage == 3 else part
+        return ModelStates(params, grads, step_elems * sb.grad_fp32, part * sb.k, cpu, nvme)
+    # Optimizer offload: fp32 master + moments + fp32 gradient, and a model-dtype partition copy.
+    offloaded = part * (4 + sb.moments + 4)
+    cpu += part * sb.param
+    if opt_dev == "nvme":
+        nvme += offloaded
+    else:
+        cpu += offloaded
+    grads = psi * sb.grad if stage == 1 else 0
+    return ModelStates(params, grads, 0, 0, cpu, nvme)
+
+
+def offload_host_buffers(psi: int, n_d: int, stage: int, zero: ZeroSettings, elem_bytes: int) -> int:
+    """Pinned host swap buffers of one rank for stage-3 NVMe offload (DEEPSPEED_FACTS §2, §4.2).
+
+    Optimizer: `buffer_count` fp32 buffers of the largest sub-group (swap_tensor/optimizer_utils.py
+    SwapBufferManager). Parameters: `buffer_count` × `buffer_size` elements in the model dtype
+    (partitioned_param_swapper.py).
+    """
+    if stage != 3:
+        return 0
+    total = 0
+    if zero.offload_optimizer.device == "nvme":
+        sub_group = min(-(-psi // n_d), zero.sub_group_size)
+        total += zero.offload_optimizer.buffer_count * sub_group * 4
+    if zero.offload_param.device == "nvme":
+        total += zero.offload_param.buffer_count * zero.offload_param.buffer_size * elem_bytes
+    return total
+
+
+@dataclass(frozen=True, eq=False)
+class _Facts:
+    """What the estimate needs from a ModelSpec, read once per model (one instance per model, so
+    it hashes by identity: cheap as an lru_cache key)."""
+
+    psi: int
+    largest_layer: int
+    largest_tensor: int
+    tensors: tuple[int, ...]
+    num_layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    ffn: int
+    gated: bool
+    vocab: int
+    experts_per_token: int
+
+
+_FACTS: dict[tuple[str, int], _Facts] = {}
+
+
+def _facts(model: ModelSpec) -> _Facts:
+    key = (model.name, model.params)
+    facts = _FACTS.get(key)
+    if facts is None:
+        facts = _Facts(
+            psi=model.params,
+            largest_layer=model.largest_layer,
+            largest_tensor=model.largest_tensor,
+            tensors=tuple(t for layer in model.layers for t in layer.tensors),
+            num_layers=len(model.blocks) or model.num_layers,
+            hidden=model.hidden_size,
+            heads=model.num_heads,
+            kv_heads=model.num_kv_heads,
+            ffn=model.ffn_size,
+            gated=model.gated_mlp,
+            vocab=model.vocab_size,
+            experts_per_token=max(1, model.experts_per_token),
+        )
+        _FACTS[key] = facts
+    return facts
+
+
+def persistent_elements(tensors: tuple[int, ...], threshold: int, model_threshold: int) -> int:
+    """Elements stage 3 keeps gathered on every rank: tensors of ≤ `threshold` elements, in module
+    order, while the running total stays ≤ `model_threshold`
+    (deepspeed/runtime/zero/parameter_offload.py `mark_persistent_parameters`)."""
+    total = 0
+    for numel in tensors:
+        if numel <= threshold and total + numel <= model_threshold:
+            total += numel
+    return total
+
+
+@lru_cache(maxsize=4096)
+def _persistent(facts: _Facts, threshold: int, model_threshold: int) -> int:
+    return persistent_elements(facts.tensors, threshold, model_threshold)
+
+
+@lru_cache(maxsize=4096)
+def _activations(facts: _Facts, seq: int, micro: int, precision: str, checkpointing: bool) -> int:
+    return activation_bytes(
+        num_layers=facts.num_layers,
+        seq=seq,
+        micro=micro,
+        hidden=facts.hidden,
+        heads=facts.heads,
+        kv_heads=facts.kv_heads,
+        ffn=facts.ffn,
+        gated=facts.gated,
+        vocab=facts.vocab,
+        precision=precision,
+        checkpointing=checkpointing,
+        experts_per_token=facts.experts_per_token,
+    )
+
+
+def gathered_elements(facts: _Facts, zero: ZeroSettings, persistent: int) -> int:
+    """Stage 3: full (gathered) parameter elements live at once, besides the persistent ones.
+
+    The module being computed (at most the largest one; in backward a re-materialised block's
+    parameters stay gathered, `max_reuse_distance`) plus what the prefetcher fetches ahead:
+    min(prefetch_bucket_size, max_live_parameters − in use) elements (partitioned_param_coordinator.py
+    `fetch_sub_module`); `allgather_sequential` turns prefetch off. Never more than the model.
+    """
+    current = facts.largest_layer
+    prefetch = 0 if zero.allgather_sequential else zero.prefetch_bucket_size
+    prefetch = min(prefetch, max(0, zero.max_live_parameters - current))
+    return min(current + prefetch, facts.psi - persistent)
+
+
+def comm_buffer_bytes(facts: _Facts, zero: ZeroSettings, elem_bytes: int, gathered: int = 0) -> int:
+    """GPU bytes of the gradient-reduction buckets and, at stage 3, gathered parameters.
+
+    - stage 0: the engine flattens gradient buckets of STAGE0_ALLREDUCE_ELEMENTS (≤ Ψ) elements;
+    - stage 1/2 (stage_1_and_2.py `setup_buckets`): with `contiguous_gradients` one buffer of
+      `reduce_bucket_size` elements, two with `overlap_comm` (double buffering), allocated at full
+      size whatever the model; without contiguous gradients each bucket is flattened on the fly
+      (≤ min(R, Ψ) elements). Stage 2 adds the full gradient of the largest tensor before it is
+      copied into a bucket. `allgather_bucket_size` allocates nothing on torch with
+      `all_gather_into_tensor` (DEEPSPEED_FACTS §4.1);
+    - stage 3 (stage3.py): one `reduce_bucket_size` buffer if contiguous (no double buffer), the
+      `gathered` parameter elements (`gathered_elements`) and the largest tensor's full gradient.
+    Element size: the model dtype (the default communication and grad-accumulation dtype).
+    """
+    stage = zero.stage
+    r = zero.reduce_bucket_size
+    if stage == 0:
+        return min(facts.psi, STAGE0_ALLREDUCE_ELEMENTS) * elem_bytes
+    if stage in (1, 2):
+        if zero.contiguous_gradients or zero.offload_optimizer.device != "none":  # offload forces it
+            buckets = r * (2 if zero.overlap_comm else 1)
+        else:
+            buckets = min(r, facts.psi)
+        if stage == 2:
+            buckets += facts.largest_tensor
+        return buckets * elem_bytes
+    bucket = r if zero.contiguous_gradients else min(r, facts.psi)
+    return (bucket + gathered + facts.largest_tensor) * elem_bytes
+
+
+@lru_cache(maxsize=4096)
+def _stage3_note(gathered: int, persistent: int, prefetch: int, max_live: int) -> str:
+    return (
+        f"stage 3 keeps up to {fmt_count(gathered)} gathered + {fmt_count(persistent)} persistent "
+        f"parameter elements on each GPU (prefetch {fmt_count(prefetch)}, max_live {fmt_count(max_live)})"
+    )
+
+
+def estimate_memory(
+    model: ModelSpec,
+    workload: Workload,
+    zero: ZeroSettings,
+    *,
+    hardware: HardwareProfile | None = None,
+    safety_margin: float = DEFAULT_MARGIN,
+) -> MemoryEstimate:
+    """Peak bytes per GPU (and host/NVMe per node) of one data-parallel DeepSpeed ZeRO rank.
+
+    Data parallelism only: N_d = workload.world_size. The sum is an upper bound in one place:
+    the fp32 gradient copy lives only during the optimizer step, when activations are freed.
+    """
+    facts = _facts(model)
+    stage = zero.stage
+    n_d = workload.gpus_per_node * workload.nodes
+    precision = workload.precision
+    e = DTYPE_BYTES[precision]
+    opt_dev = zero.offload_optimizer.device if stage > 0 else "none"
+    par_dev = zero.offload_param.device if stage == 3 else "none"
+    sb = state_bytes(precision, workload.optimizer, stage, offload=opt_dev != "none")
+    persistent = gathered = 0
+    if stage == 3:
+        persistent = _persistent(facts, zero.param_persistence_threshold, zero.model_persistence_threshold)
+        gathered = gathered_elements(facts, zero, persistent)
+    states = model_states(
+        facts.psi,
+        n_d,
+        stage,
+        sb,
+        offload_optimizer=opt_dev,
+        offload_param=par_dev,
+        persistent=persistent,
+        sub_group_size=zero.sub_group_size,
+        max_in_cpu=zero.offload_param.max_in_cpu,
+    )
+    params = states.params
+    if stage == 3 and zero.zero_hpz_partition_size > 1:
+        params += -(-facts.psi // zero.zero_hpz_partition_size) * sb.param  # hpZ secondary partition
+    comm = comm_buffer_bytes(facts, zero, e, gathered)
+    acts = _activations(
+        facts, workload.seq_len, workload.micro_batch, precision, workload.activation_checkpointing
+    )
+    overhead = CUDA_CONTEXT_BYTES + int(FRAGMENTATION * (acts + comm))
+    breakdown = MemoryBreakdown(
+        params=params,
+        gradients=states.grads + states.grads_fp32,
+        optimizer_states=states.optimizer,
+        comm_buffers=comm,
+        activations=acts,
+        overhead=overhead,
+    )
+    per_node = workload.gpus_per_node
+    cpu = (states.cpu + offload_host_buffers(facts.psi, n_d, stage, zero, e)) * per_node
+    nvme = states.nvme * per_node
+
+    capacity = fits = headroom = None
+    notes: list[str] = []
+    if hardware is not None and hardware.has_gpus and hardware.gpu.memory_bytes:
+        capacity = hardware.gpu.memory_bytes
+        headroom = capacity - math.ceil(breakdown.total * (1 + safety_margin))
+        fits = headroom >= 0
+    elif hardware is not None:
+        notes.append(f"profile {hardware.name!r} has no GPU memory size: fit cannot be judged")
+    if stage in (1, 2) and opt_dev == "nvme":
+        notes.append("stage 1/2 treat offload_optimizer.device nvme as cpu")
+    if stage == 3:
+        notes.append(_stage3_note(gathered, persistent, zero.prefetch_bucket_size, zero.max_live_parameters))
+    if hardware is not None and hardware.host.ram_bytes and cpu > hardware.host.ram_bytes:
+        notes.append(
+            f"offload needs {fmt_bytes(cpu)} of host RAM per node, the node has {fmt_bytes(hardware.host.ram_bytes)}"
+        )
+    return MemoryEstimate(
+        per_gpu=breakdown,
+        cpu_bytes_per_node=cpu,
+        nvme_bytes_per_node=nvme,
+        gpu_capacity_bytes=capacity,
+        fits=fits,
+        headroom_bytes=headroom,
+        notes=tuple(notes),
+    )
