@@ -1,0 +1,184 @@
+"""Architecture descriptions and the builder that turns one into per-tensor parameter counts.
+
+An `Architecture` is what a catalog profile (profiles/models/*.yaml) or a parsed Hugging Face
+config.json says about a model: dimensions plus the handful of structural switches in which the
+ten supported families differ. `build_model` lists the numel of every parameter tensor, module by
+module, so counts are computed, never typed in; they equal transformers' own
+`sum(p.numel() for p in model.parameters())` (tests/golden/hf_param_counts.json).
+
+Shapes were read from transformers' modeling files (models/<family>/modeling_<family>.py):
+
+- decoder-only (llama, mistral, mixtral, qwen2, gemma, phi3, falcon, gpt2, bloom): token embedding
+  [V, h] (+ learned positions [P, h] for GPT-2, + a LayerNorm for BLOOM); per block an attention
+  norm, q [H·d, h], k and v [Hkv·d, h] (one fused tensor for Phi-3/Falcon/GPT-2/BLOOM), o [h, H·d],
+  an MLP norm, then gate/up [f, h] (fused for Phi-3) and down [h, f], or up/down for plain MLPs;
+  Mixtral adds a router [E, h] and E experts; a final norm; lm_head [V, h] unless tied.
+- T5 (modeling_t5.py): shared embedding [V, h]; encoder blocks (self-attention + FF) and decoder
+  blocks (self-attention + cross-attention + FF), each sub-layer with an RMS-style T5LayerNorm;
+  the relative position bias [buckets, H] only in the first block of each stack; no biases.
+
+LayerNorm has weight and bias; RMSNorm (and T5LayerNorm) a weight only.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from zerotune.schema.model import LayerSpec, ModelSpec
+
+Family = Literal["llama", "mistral", "mixtral", "qwen2", "gemma", "phi3", "falcon", "gpt2", "bloom", "t5"]
+FAMILIES: tuple[str, ...] = Family.__args__  # type: ignore[attr-defined]
+
+
+class Architecture(BaseModel):
+    """One model's architecture, as written in profiles/models/<name>.yaml."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    family: Family
+    hf_class: str = Field(description="transformers class that builds it, e.g. LlamaForCausalLM")
+    source: str | None = Field(None, description="URL of the Hugging Face config.json the values come from")
+    aliases: tuple[str, ...] = Field((), description="other names accepted by `--model`")
+
+    layers: int = Field(gt=0, description="transformer blocks (T5: encoder blocks)")
+    decoder_layers: int | None = Field(None, gt=0, description="T5 only: decoder blocks")
+    hidden: int = Field(gt=0)
+    heads: int = Field(gt=0)
+    kv_heads: int | None = Field(None, gt=0, description="key/value heads (GQA/MQA); default: heads")
+    head_dim: int | None = Field(None, gt=0, description="default: hidden // heads")
+    ffn: int = Field(gt=0, description="MLP intermediate size (per expert for MoE)")
+    vocab: int = Field(gt=0)
+    tied_embeddings: bool
+    gated_mlp: bool = Field(description="gate+up+down (SwiGLU/GeGLU) vs up+down")
+    experts: int = Field(1, gt=0)
+    experts_per_token: int = Field(1, gt=0)
+
+    norm: Literal["rmsnorm", "layernorm"] = Field(
+        description="layernorm has weight and bias, rmsnorm a weight"
+    )
+    block_norms: int = Field(2, ge=1, le=2, description="norms per block (Falcon-7B's parallel block: 1)")
+    embedding_norm: bool = Field(False, description="LayerNorm right after the token embedding (BLOOM)")
+    fused_qkv: bool = Field(False, description="q, k, v as one tensor (Phi-3, Falcon, GPT-2, BLOOM)")
+    fused_gate_up: bool = Field(False, description="gate and up as one tensor (Phi-3)")
+    qkv_bias: bool = False
+    out_bias: bool = Field(False, description="bias on the attention output projection")
+    mlp_bias: bool = False
+
+    position: Literal["rope", "learned", "alibi", "relative"]
+    max_positions: int | None = Field(None, gt=0, description="context length; the size of learned positions")
+    relative_attention_buckets: int | None = Field(None, gt=0, description="T5 only")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Architecture:
+        if self.heads % self.n_kv_heads:
+            raise ValueError(f"heads ({self.heads}) must be a multiple of kv_heads ({self.n_kv_heads})")
+        if self.head_dim is None and self.hidden % self.heads:
+            raise ValueError(
+                f"hidden ({self.hidden}) is not divisible by heads ({self.heads}); give head_dim"
+            )
+        if self.experts_per_token > self.experts:
+            raise ValueError(f"experts_per_token ({self.experts_per_token}) > experts ({self.experts})")
+        if self.position == "learned" and self.max_positions is None:
+            raise ValueError("learned positions need max_positions")
+        if self.family == "t5" and (self.decoder_layers is None or self.relative_attention_buckets is None):
+            raise ValueError("t5 needs decoder_layers and relative_attention_buckets")
+        return self
+
+    @property
+    def n_kv_heads(self) -> int:
+        return self.kv_heads or self.heads
+
+    @property
+    def d_head(self) -> int:
+        return self.head_dim or self.hidden // self.heads
+
+
+def build_model(arch: Architecture) -> ModelSpec:
+    """The ModelSpec of an architecture: every parameter tensor's numel, in forward order."""
+    layers = _t5_layers(arch) if arch.family == "t5" else _decoder_layers(arch)
+    return ModelSpec(
+        name=arch.name,
+        family=arch.family,
+        source=arch.source,
+        num_layers=arch.layers + (arch.decoder_layers or 0),
+        hidden_size=arch.hidden,
+        num_heads=arch.heads,
+        num_kv_heads=arch.n_kv_heads,
+        head_dim=arch.d_head,
+        ffn_size=arch.ffn,
+        vocab_size=arch.vocab,
+        tied_embeddings=arch.tied_embeddings,
+        gated_mlp=arch.gated_mlp,
+        num_experts=arch.experts,
+        experts_per_token=arch.experts_per_token,
+        max_seq_len=arch.max_positions,
+        layers=tuple(layers),
+    )
+
+
+def _norm(arch: Architecture) -> list[int]:
+    return [arch.hidden, arch.hidden] if arch.norm == "layernorm" else [arch.hidden]
+
+
+def _linear(n_in: int, n_out: int, bias: bool) -> list[int]:
+    return [n_in * n_out, n_out] if bias else [n_in * n_out]
+
+
+def _attention(arch: Architecture) -> list[int]:
+    h, d = arch.hidden, arch.d_head
+    q, kv = arch.heads * d, arch.n_kv_heads * d
+    if arch.fused_qkv:
+        qkv = _linear(h, q + 2 * kv, arch.qkv_bias)
+    else:
+        qkv = _linear(h, q, arch.qkv_bias) + 2 * _linear(h, kv, arch.qkv_bias)
+    return qkv + _linear(q, h, arch.out_bias)
+
+
+def _mlp(arch: Architecture) -> list[int]:
+    h, f, bias = arch.hidden, arch.ffn, arch.mlp_bias
+    if not arch.gated_mlp:
+        return _linear(h, f, bias) + _linear(f, h, bias)
+    gate_up = _linear(h, 2 * f, bias) if arch.fused_gate_up else 2 * _linear(h, f, bias)
+    return gate_up + _linear(f, h, bias)
+
+
+def _decoder_layers(arch: Architecture) -> list[LayerSpec]:
+    h, norm = arch.hidden, _norm(arch)
+    embed = [arch.vocab * h]
+    if arch.position == "learned":
+        embed.append(arch.max_positions * h)  # type: ignore[operator]  # validated: learned needs it
+    if arch.embedding_norm:
+        embed += norm
+    mlp = _mlp(arch)
+    if arch.experts > 1:  # Mixtral: router (no bias), then the experts' MLPs
+        mlp = [arch.experts * h] + mlp * arch.experts
+    block = norm + _attention(arch) + (norm if arch.block_norms == 2 else []) + mlp
+    layers = [LayerSpec(name="embed", kind="embedding", tensors=tuple(embed))]
+    layers += [LayerSpec(name=f"layers.{i}", kind="block", tensors=tuple(block)) for i in range(arch.layers)]
+    layers.append(LayerSpec(name="norm", kind="norm", tensors=tuple(norm)))
+    if not arch.tied_embeddings:
+        layers.append(LayerSpec(name="lm_head", kind="head", tensors=(arch.vocab * h,)))
+    return layers
+
+
+def _t5_layers(arch: Architecture) -> list[LayerSpec]:
+    h, inner = arch.hidden, arch.heads * arch.d_head
+    attention = [h * inner] * 4 + [h]  # q, k, v, o (no biases), then the sub-layer's norm
+    ff = [h * arch.ffn] * (3 if arch.gated_mlp else 2) + [h]  # wi (wi_0, wi_1 if gated), wo, norm
+    rel_bias = [arch.relative_attention_buckets * arch.heads]  # type: ignore[operator]  # validated for t5
+
+    def block(i: int, cross: bool) -> tuple[int, ...]:
+        self_attn = attention[:4] + (rel_bias if i == 0 else []) + attention[4:]
+        return tuple(self_attn + (attention if cross else []) + ff)
+
+    layers = [LayerSpec(name="shared", kind="embedding", tensors=(arch.vocab * h,))]
+    for stack, n, cross in (("encoder", arch.layers, False), ("decoder", arch.decoder_layers or 0, True)):
+        kind = "decoder_block" if cross else "encoder_block"
+        layers += [LayerSpec(name=f"{stack}.block.{i}", kind=kind, tensors=block(i, cross)) for i in range(n)]
+        layers.append(LayerSpec(name=f"{stack}.final_layer_norm", kind="norm", tensors=(h,)))
+    if not arch.tied_embeddings:
+        layers.append(LayerSpec(name="lm_head", kind="head", tensors=(arch.vocab * h,)))
+    return layers

@@ -1,0 +1,275 @@
+"""Hugging Face config.json <-> Architecture, without transformers.
+
+`parse_hf_config` reads the fields that decide parameter shapes, applying the defaults that
+transformers' configuration classes apply when a field is absent
+(transformers/models/<family>/configuration_<family>.py, v5.23). `to_hf_config` goes the other way;
+it is what scripts/record_hf_counts.py and the live test hand to transformers, so the catalog is
+checked against transformers' own modules. The tests check that the two are inverses for every
+catalog entry.
+
+One deliberate difference: transformers 5 always ties T5's lm_head to the shared embedding, even for
+T5 v1.1 configs saying `tie_word_embeddings: false`; the v1.1 checkpoints do store a separate
+lm_head, so we honour the config's value (transformers 4 did the same).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import ValidationError
+
+from zerotune.catalog.architectures import FAMILIES, Architecture
+from zerotune.errors import InputError
+
+# `model_type` values handled by each family's parser ("RefinedWeb*" are Falcon's pre-transformers names).
+_MODEL_TYPES = {family: family for family in FAMILIES} | {"RefinedWeb": "falcon", "RefinedWebModel": "falcon"}
+_LLAMA_LIKE = ("llama", "mistral", "mixtral", "qwen2", "gemma", "phi3")
+_MISSING = object()
+
+
+def supported_model_types() -> list[str]:
+    return list(FAMILIES)
+
+
+def parse_hf_config(config: dict[str, Any], name: str, **meta: Any) -> Architecture:
+    """Architecture of a config.json dict. `meta` adds hf_class/source/aliases.
+
+    Raises InputError for an unsupported `model_type` (naming the supported ones) or a missing field.
+    """
+    model_type = config.get("model_type")
+    family = _MODEL_TYPES.get(str(model_type))
+    if family is None:
+        supported = ", ".join(FAMILIES)
+        raise InputError(
+            f"{name}: unsupported architecture (model_type {model_type!r})",
+            hint=f"supported model_type values: {supported}; or use --params/--layers/--hidden",
+        )
+    get = _Getter(config, name)
+    fields = _T5(get) if family == "t5" else _PARSERS[family](get, family)
+    hf_class = meta.pop("hf_class", None) or (config.get("architectures") or [_DEFAULT_CLASS[family]])[0]
+    try:
+        return Architecture(name=name, family=family, hf_class=hf_class, **fields, **meta)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise InputError(f"{name}: inconsistent config: {first['msg']}") from None
+
+
+class _Getter:
+    """Reads config fields by any of their names (GPT-2's n_embd is BLOOM's n_embed is hidden_size)."""
+
+    def __init__(self, config: dict[str, Any], name: str):
+        self.config, self.name = config, name
+
+    def __call__(self, *keys: str, default: Any = _MISSING) -> Any:
+        for key in keys:
+            if self.config.get(key) is not None:
+                return self.config[key]
+        if default is _MISSING:
+            raise InputError(
+                f"{self.name}: config.json has no '{keys[0]}'", hint="is it a model config.json?"
+            )
+        return default
+
+
+def _llama_like(get: _Getter, family: str) -> dict[str, Any]:
+    """Llama, Mistral, Mixtral, Qwen2, Gemma, Phi-3: RMSNorm, RoPE, SwiGLU/GeGLU MLP."""
+    hidden, heads = get("hidden_size"), get("num_attention_heads")
+    kv_default = {"mistral": 8, "mixtral": 8, "gemma": 16}.get(family, heads)
+    head_dim = get("head_dim", default=256 if family == "gemma" else None)
+    attention_bias = family == "llama" and get("attention_bias", default=False)  # Llama: also on o_proj
+    return dict(
+        layers=get("num_hidden_layers"),
+        hidden=hidden,
+        heads=heads,
+        kv_heads=get("num_key_value_heads", default=kv_default),
+        head_dim=None if head_dim == hidden // heads else head_dim,
+        ffn=get("intermediate_size"),
+        vocab=get("vocab_size"),
+        tied_embeddings=get("tie_word_embeddings", default=family == "gemma"),
+        gated_mlp=True,
+        experts=get("num_local_experts", default=8) if family == "mixtral" else 1,
+        experts_per_token=get("num_experts_per_tok", default=2) if family == "mixtral" else 1,
+        norm="rmsnorm",
+        fused_qkv=family == "phi3",
+        fused_gate_up=family == "phi3",
+        qkv_bias=family == "qwen2" or attention_bias,
+        out_bias=attention_bias,
+        mlp_bias=family == "llama" and get("mlp_bias", default=False),
+        position="rope",
+        max_positions=get("max_position_embeddings", default=None),
+    )
+
+
+def _falcon(get: _Getter, family: str) -> dict[str, Any]:
+    """Falcon: fused qkv; 40B's new_decoder_architecture has kv groups and two parallel LayerNorms."""
+    hidden, heads = get("hidden_size", "n_embed"), get("num_attention_heads", "n_head")
+    new_arch = get("new_decoder_architecture", default=False)
+    if new_arch:
+        kv_heads = get("num_kv_heads", default=heads)
+    else:
+        kv_heads = 1 if get("multi_query", default=True) else heads
+    n_ln = get("num_ln_in_parallel_attn", default=2 if new_arch else None)
+    bias = get("bias", default=False)
+    return dict(
+        layers=get("num_hidden_layers", "n_layer"),
+        hidden=hidden,
+        heads=heads,
+        kv_heads=kv_heads,
+        ffn=get("ffn_hidden_size", default=4 * hidden),
+        vocab=get("vocab_size"),
+        tied_embeddings=get("tie_word_embeddings", default=True),
+        gated_mlp=False,
+        norm="layernorm",
+        block_norms=2 if not get("parallel_attn", default=True) or n_ln == 2 else 1,
+        fused_qkv=True,
+        qkv_bias=bias,
+        out_bias=bias,
+        mlp_bias=bias,
+        position="alibi" if get("alibi", default=False) else "rope",
+        max_positions=get("max_position_embeddings", default=2048),
+    )
+
+
+def _gpt2(get: _Getter, family: str) -> dict[str, Any]:
+    """GPT-2: learned positions, Conv1D layers with biases, LayerNorm, tied head."""
+    hidden = get("n_embd", "hidden_size")
+    return dict(
+        layers=get("n_layer", "num_hidden_layers"),
+        hidden=hidden,
+        heads=get("n_head", "num_attention_heads"),
+        ffn=get("n_inner", default=4 * hidden),
+        vocab=get("vocab_size"),
+        tied_embeddings=get("tie_word_embeddings", default=True),
+        gated_mlp=False,
+        norm="layernorm",
+        fused_qkv=True,
+        qkv_bias=True,
+        out_bias=True,
+        mlp_bias=True,
+        position="learned",
+        max_positions=get("n_positions", "max_position_embeddings", default=1024),
+    )
+
+
+def _bloom(get: _Getter, family: str) -> dict[str, Any]:
+    """BLOOM: ALiBi, LayerNorm after the word embedding, fused qkv, biases, MLP 4h."""
+    hidden = get("hidden_size", "n_embed")
+    return dict(
+        layers=get("n_layer", "num_hidden_layers"),
+        hidden=hidden,
+        heads=get("n_head", "num_attention_heads"),
+        ffn=4 * hidden,
+        vocab=get("vocab_size"),
+        tied_embeddings=get("tie_word_embeddings", default=True),
+        gated_mlp=False,
+        norm="layernorm",
+        embedding_norm=True,
+        fused_qkv=True,
+        qkv_bias=True,
+        out_bias=True,
+        mlp_bias=True,
+        position="alibi",
+        max_positions=get("seq_length", default=None),
+    )
+
+
+def _T5(get: _Getter) -> dict[str, Any]:
+    """T5: encoder-decoder, relative position buckets, no biases; v1.1 has a gated MLP."""
+    hidden, heads, d_kv = get("d_model"), get("num_heads"), get("d_kv", default=64)
+    layers = get("num_layers")
+    return dict(
+        layers=layers,
+        decoder_layers=get("num_decoder_layers", default=layers),
+        hidden=hidden,
+        heads=heads,
+        head_dim=None if d_kv * heads == hidden else d_kv,
+        ffn=get("d_ff"),
+        vocab=get("vocab_size"),
+        tied_embeddings=get("tie_word_embeddings", default=True),
+        gated_mlp=str(get("feed_forward_proj", default="relu")).startswith("gated-"),
+        norm="rmsnorm",
+        position="relative",
+        max_positions=get("n_positions", default=None),
+        relative_attention_buckets=get("relative_attention_num_buckets", default=32),
+    )
+
+
+_PARSERS = {family: _llama_like for family in _LLAMA_LIKE} | {
+    "falcon": _falcon,
+    "gpt2": _gpt2,
+    "bloom": _bloom,
+}
+_DEFAULT_CLASS = {
+    "llama": "LlamaForCausalLM",
+    "mistral": "MistralForCausalLM",
+    "mixtral": "MixtralForCausalLM",
+    "qwen2": "Qwen2ForCausalLM",
+    "gemma": "GemmaForCausalLM",
+    "phi3": "Phi3ForCausalLM",
+    "falcon": "FalconForCausalLM",
+    "gpt2": "GPT2LMHeadModel",
+    "bloom": "BloomForCausalLM",
+    "t5": "T5ForConditionalGeneration",
+}
+
+
+def to_hf_config(arch: Architecture) -> dict[str, Any]:
+    """The config.json fields (with model_type) from which transformers builds this architecture."""
+    common = {
+        "model_type": arch.family,
+        "vocab_size": arch.vocab,
+        "tie_word_embeddings": arch.tied_embeddings,
+    }
+    if arch.family in _LLAMA_LIKE:
+        cfg = common | {
+            "hidden_size": arch.hidden,
+            "num_hidden_layers": arch.layers,
+            "num_attention_heads": arch.heads,
+            "num_key_value_heads": arch.n_kv_heads,
+            "head_dim": arch.d_head,
+            "intermediate_size": arch.ffn,
+        }
+        if arch.max_positions:
+            cfg["max_position_embeddings"] = arch.max_positions
+        if arch.family == "llama":
+            cfg |= {"attention_bias": arch.qkv_bias, "mlp_bias": arch.mlp_bias}
+        if arch.family == "mixtral":
+            cfg |= {"num_local_experts": arch.experts, "num_experts_per_tok": arch.experts_per_token}
+        return cfg
+    if arch.family == "falcon":
+        grouped = arch.n_kv_heads not in (1, arch.heads) or arch.block_norms == 2
+        return common | {
+            "hidden_size": arch.hidden,
+            "num_hidden_layers": arch.layers,
+            "num_attention_heads": arch.heads,
+            "num_kv_heads": arch.n_kv_heads,
+            "new_decoder_architecture": grouped,
+            "multi_query": arch.n_kv_heads == 1,
+            "parallel_attn": True,
+            "num_ln_in_parallel_attn": arch.block_norms,
+            "bias": arch.qkv_bias,
+            "alibi": arch.position == "alibi",
+            "ffn_hidden_size": arch.ffn,
+            "max_position_embeddings": arch.max_positions or 2048,
+        }
+    if arch.family == "gpt2":
+        return common | {
+            "n_embd": arch.hidden,
+            "n_layer": arch.layers,
+            "n_head": arch.heads,
+            "n_inner": arch.ffn,
+            "n_positions": arch.max_positions,
+        }
+    if arch.family == "bloom":
+        return common | {"hidden_size": arch.hidden, "n_layer": arch.layers, "n_head": arch.heads}
+    return common | {
+        "d_model": arch.hidden,
+        "num_layers": arch.layers,
+        "num_decoder_layers": arch.decoder_layers,
+        "num_heads": arch.heads,
+        "d_kv": arch.d_head,
+        "d_ff": arch.ffn,
+        "feed_forward_proj": "gated-gelu" if arch.gated_mlp else "relu",
+        "relative_attention_num_buckets": arch.relative_attention_buckets,
+        "n_positions": arch.max_positions,
+    }

@@ -1,0 +1,305 @@
+"""The model catalog: names, local config.json files and ad-hoc shapes -> ModelSpec.
+
+Profiles live in `catalog_dir()` (profiles/models/<name>.yaml, or $ZEROTUNE_PROFILES/models). Each
+holds an architecture (zerotune/catalog/architectures.py), never a parameter count: counts are
+computed by `build_model` and checked against transformers (tests/golden/hf_param_counts.json).
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import re
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from zerotune.catalog.architectures import Architecture, build_model
+from zerotune.catalog.hf_config import parse_hf_config
+from zerotune.errors import InputError
+from zerotune.schema.model import LayerSpec, ModelSpec
+
+PROFILES_ENV = "ZEROTUNE_PROFILES"
+
+# ad-hoc models: the Llama-2 shape rules (Touvron et al. 2023, arXiv 2307.09288, Table 1 / config.json)
+ADHOC_HEAD_DIM = 128
+ADHOC_VOCAB = 32000
+ADHOC_FFN_MULTIPLE = 256
+ADHOC_TOLERANCE = 0.01
+ADHOC_MAX_FFN_RATIO = 16  # ffn/hidden beyond any real model (Gemma-7B: 8) means the inputs disagree
+
+
+def catalog_dir() -> Path:
+    """Directory of the model profiles: $ZEROTUNE_PROFILES/models, else <repo>/profiles/models."""
+    root = os.environ.get(PROFILES_ENV)
+    base = Path(root) if root else Path(__file__).resolve().parents[2] / "profiles"
+    return base / "models"
+
+
+def list_models() -> list[str]:
+    """Catalog names, sorted."""
+    return sorted(_catalog(catalog_dir()))
+
+
+def load_architecture(name: str) -> Architecture:
+    """The catalog profile behind a name or alias (source URL, hf_class, dimensions)."""
+    catalog = _catalog(catalog_dir())
+    key = _key(name)
+    canonical = _aliases(catalog).get(key)
+    if canonical is None:
+        raise _unknown(name, catalog)
+    return _read_profile(catalog[canonical])
+
+
+def load_model(ref: str) -> ModelSpec:
+    """A ModelSpec from a catalog name or alias (case-insensitive), a profile .yaml, or a local
+    Hugging Face config.json (or a directory holding one)."""
+    path = Path(ref).expanduser()
+    if path.is_dir() and (path / "config.json").is_file():
+        path = path / "config.json"
+    if path.is_file():
+        if path.suffix in (".yaml", ".yml"):
+            return build_model(_read_profile(path))
+        return model_from_hf_config(_read_json(path), name=_name_for(path))
+    if path.suffix in (".json", ".yaml", ".yml"):
+        raise InputError(
+            f"model file not found: {ref}", hint="give a catalog name or an existing config.json"
+        )
+    return build_model(load_architecture(ref))
+
+
+def model_from_hf_config(config: dict, name: str) -> ModelSpec:
+    """ModelSpec of a Hugging Face config.json dict (parsed without transformers)."""
+    if not isinstance(config, dict):
+        raise InputError(f"{name}: a config.json must hold a JSON object")
+    return build_model(parse_hf_config(config, name))
+
+
+# --- ad-hoc models ---------------------------------------------------------------------------
+
+
+def adhoc_model(
+    *,
+    params: float | None = None,
+    layers: int | None = None,
+    hidden: int | None = None,
+    name: str = "custom",
+) -> ModelSpec:
+    """A Llama-shaped model from `--params` and/or `--layers`/`--hidden`.
+
+    Missing dimensions follow Llama-2's shape rules: head_dim 128 (heads = hidden/128, no GQA),
+    ffn = 8/3·hidden rounded up to a multiple of 256, vocab 32000, untied head, and a width of
+    about 128·layers when both are free (Llama-2 7B: 32 layers × 4096). With `params`, the free
+    dimensions are searched so that the total lands within 1% of it: hidden over multiples of 128,
+    layers by division, then ffn (multiples of 256) takes up the remainder.
+    """
+    for flag, value in (("--params", params), ("--layers", layers), ("--hidden", hidden)):
+        if value is not None and not value > 0:
+            raise InputError(f"{flag} must be positive, got {value:g}")
+    if hidden is not None and hidden % 64:
+        raise InputError(f"--hidden must be a multiple of 64 (the head size), got {hidden}")
+    if params is None:
+        if layers is None and hidden is None:
+            raise InputError("give --params, or --layers and/or --hidden", hint="e.g. --params 7e9")
+        hidden = hidden or ADHOC_HEAD_DIM * layers  # type: ignore[operator]
+        layers = layers or max(1, round(hidden / ADHOC_HEAD_DIM))
+        return _llama_shape(name, layers, hidden, _standard_ffn(hidden))
+    shape = _fit(params, layers, hidden)
+    if shape is None:
+        given = " ".join(f"{f} {v:g}" for f, v in (("--layers", layers), ("--hidden", hidden)) if v)
+        smallest = _llama_shape(name, layers or 1, hidden or ADHOC_HEAD_DIM, ADHOC_FFN_MULTIPLE).params
+        why = f"with {given}" if given else f"(the smallest such model has {smallest:.3g})"
+        raise InputError(
+            f"--params {params:g} cannot be reached within 1% by a llama-shaped model {why}",
+            hint="drop --layers/--hidden to let zerotune choose them, or pass a config.json",
+        )
+    return _llama_shape(name, *shape)
+
+
+def _standard_ffn(hidden: int) -> int:
+    return -(-8 * hidden // (3 * ADHOC_FFN_MULTIPLE)) * ADHOC_FFN_MULTIPLE
+
+
+def _fit(params: float, layers: int | None, hidden: int | None) -> tuple[int, int, int] | None:
+    """(layers, hidden, ffn) within 1% of `params`, closest to the standard shape; None if none is."""
+    candidates = []
+    widths = [hidden] if hidden else range(ADHOC_HEAD_DIM, 65536 + 1, ADHOC_HEAD_DIM)
+    for h in widths:
+        rest = params - 2 * ADHOC_VOCAB * h - h  # embedding, head, final norm
+        per_block_fixed = 4 * h * h + 2 * h  # q, k, v, o, two norms
+        f = _standard_ffn(h)
+        n = layers or max(1, round(rest / (per_block_fixed + 3 * h * f)))
+        if layers or hidden:  # one dimension is pinned: let ffn absorb the remainder
+            units = round((rest / n - per_block_fixed) / (3 * h * ADHOC_FFN_MULTIPLE))
+            f = max(1, units) * ADHOC_FFN_MULTIPLE
+        total = n * (per_block_fixed + 3 * h * f) + 2 * ADHOC_VOCAB * h + h
+        error = abs(total - params) / params
+        if error <= ADHOC_TOLERANCE and f <= ADHOC_MAX_FFN_RATIO * h:
+            aspect = abs(h / (ADHOC_HEAD_DIM * n) - 1) + abs(f / _standard_ffn(h) - 1)
+            candidates.append((aspect, error, (n, h, f)))
+    return min(candidates)[2] if candidates else None
+
+
+def _llama_shape(name: str, layers: int, hidden: int, ffn: int) -> ModelSpec:
+    head_dim = ADHOC_HEAD_DIM if hidden % ADHOC_HEAD_DIM == 0 else 64
+    arch = Architecture(
+        name=name,
+        family="llama",
+        hf_class="LlamaForCausalLM",
+        layers=layers,
+        hidden=hidden,
+        heads=hidden // head_dim,
+        kv_heads=hidden // head_dim,
+        ffn=ffn,
+        vocab=ADHOC_VOCAB,
+        tied_embeddings=False,
+        gated_mlp=True,
+        norm="rmsnorm",
+        position="rope",
+    )
+    return build_model(arch).model_copy(update={"family": "custom"})
+
+
+# --- bench proxies ---------------------------------------------------------------------------
+
+
+def derive(
+    model: ModelSpec,
+    *,
+    num_layers: int | None = None,
+    width_scale: float = 1.0,
+    vocab_size: int | None = None,
+) -> ModelSpec:
+    """A Llama-structured proxy of `model` for `zerotune bench`.
+
+    The bench builds a torch decoder with exactly these tensors: embed [V, h]; per block an input
+    RMSNorm [h], q [h, H·d], k and v [h, Hkv·d], o [H·d, h], a post-attention RMSNorm [h], gate and
+    up [h, f], down [f, h] (no biases); a final RMSNorm [h]; lm_head [V, h] unless tied.
+
+    - `num_layers` replaces the block count (T5: encoder + decoder blocks become that many
+      decoder blocks).
+    - `width_scale` < 1 shrinks the width: kv heads = max(1, round(Hkv·s)), heads keep the
+      heads/kv-heads ratio, head_dim is kept, hidden = heads·head_dim, ffn = round(f·s), and vocab =
+      round(V·s) unless `vocab_size` is given. At 1 the dimensions are copied unchanged.
+    - Family quirks (biases, fused tensors, LayerNorm, learned positions, MoE experts and router)
+      are not reproduced: an MoE model becomes a dense model with one expert-sized MLP.
+
+    The result has family "llama-proxy" and a name like "llama-7b/2L/w0.125".
+    """
+    layers = model.num_layers if num_layers is None else num_layers
+    if layers < 1:
+        raise InputError(f"num_layers must be at least 1, got {layers}")
+    if not 0 < width_scale <= 1:
+        raise InputError(f"width_scale must be in (0, 1], got {width_scale:g}")
+    if vocab_size is not None and vocab_size < 1:
+        raise InputError(f"vocab_size must be positive, got {vocab_size}")
+    h, heads, kv, d, f, vocab = (
+        model.hidden_size,
+        model.num_heads,
+        model.num_kv_heads,
+        model.head_dim,
+        model.ffn_size,
+        model.vocab_size,
+    )
+    if width_scale < 1:
+        group = heads // kv
+        kv = max(1, round(kv * width_scale))
+        heads = kv * group
+        h = heads * d
+        f = max(1, round(f * width_scale))
+        vocab = max(1, round(vocab * width_scale))
+    vocab = vocab_size or vocab
+    block = (h, h * heads * d, h * kv * d, h * kv * d, heads * d * h, h, h * f, h * f, f * h)
+    spec = [LayerSpec(name="embed", kind="embedding", tensors=(vocab * h,))]
+    spec += [LayerSpec(name=f"layers.{i}", kind="block", tensors=block) for i in range(layers)]
+    spec.append(LayerSpec(name="norm", kind="norm", tensors=(h,)))
+    if not model.tied_embeddings:
+        spec.append(LayerSpec(name="lm_head", kind="head", tensors=(vocab * h,)))
+    return ModelSpec(
+        name=f"{model.name}/{layers}L/w{width_scale:g}",
+        family="llama-proxy",
+        source=model.source,
+        num_layers=layers,
+        hidden_size=h,
+        num_heads=heads,
+        num_kv_heads=kv,
+        head_dim=d,
+        ffn_size=f,
+        vocab_size=vocab,
+        tied_embeddings=model.tied_embeddings,
+        gated_mlp=True,
+        max_seq_len=model.max_seq_len,
+        layers=tuple(spec),
+    )
+
+
+# --- profile files ---------------------------------------------------------------------------
+
+
+@cache
+def _catalog(directory: Path) -> dict[str, Path]:
+    """Catalog name -> profile path (the name is the file's stem)."""
+    if not directory.is_dir():
+        return {}
+    return {path.stem: path for path in sorted(directory.glob("*.yaml"))}
+
+
+def _aliases(catalog: dict[str, Path]) -> dict[str, str]:
+    """Normalised name or alias -> catalog name."""
+    table = {}
+    for name, path in catalog.items():
+        for alias in (name, *_read_profile(path).aliases):
+            table[_key(alias)] = name
+    return table
+
+
+def _key(name: str) -> str:
+    """Lower case, no org prefix, separators or "-hf" suffix: "meta-llama/Llama-2-7b-hf" -> "llama27b"."""
+    name = name.strip().lower().rsplit("/", 1)[-1]
+    name = re.sub(r"[-_ ]", "", name)
+    return name.removesuffix("hf") if len(name) > 2 else name
+
+
+def _unknown(name: str, catalog: dict[str, Path]) -> InputError:
+    aliases = _aliases(catalog)
+    close = difflib.get_close_matches(_key(name), list(aliases), n=6, cutoff=0.6)
+    names = list(dict.fromkeys(aliases[key] for key in close))[:3]
+    listing = "`zerotune memory --help` lists the catalog; a config.json path or --params also work"
+    hint = f"did you mean: {', '.join(names)}? {listing}" if names else f"known: {', '.join(sorted(catalog))}"
+    return InputError(f"unknown model '{name}'", hint=hint)
+
+
+@cache
+def _read_profile(path: Path) -> Architecture:
+    data = _read_yaml(path)
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: a model profile must be a YAML mapping")
+    data.setdefault("name", path.stem)
+    try:
+        return Architecture(**data)
+    except ValidationError as exc:
+        lines = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'profile'}: {e['msg']}" for e in exc.errors())
+        raise InputError(f"{path}: invalid model profile: {lines}") from None
+
+
+def _read_yaml(path: Path) -> Any:
+    try:
+        return yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise InputError(f"cannot read {path}: {exc}") from None
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise InputError(f"cannot read {path}: {exc}") from None
+
+
+def _name_for(path: Path) -> str:
+    """A config.json is named after its directory (HF snapshots keep it as <model>/config.json)."""
+    return path.parent.name if path.name == "config.json" and path.parent.name else path.stem
