@@ -1,12 +1,167 @@
-"""`zerotune memory` (placeholder until its issue lands)."""
+"""`zerotune memory`: per-GPU memory of every ZeRO stage × offload option for one model and job."""
 
 from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
 
 from zerotune.errors import InputError
 
 NAME = "memory"
-HELP = "Not implemented yet."
+HELP = "Per-GPU memory of every ZeRO stage and offload option (model states, buffers, activations)."
 
 
-def command() -> None:
-    raise InputError("'zerotune memory' is not implemented yet")
+def _positive(flag: str, value: float | None) -> None:
+    if value is not None and not value > 0:
+        raise InputError(f"{flag} must be at least 1, got {value:g}", hint=f"pass a positive {flag}")
+
+
+def command(
+    model: Annotated[
+        str | None, typer.Option(help="Catalog model name, profile .yaml or config.json.")
+    ] = None,
+    params: Annotated[
+        float | None, typer.Option(help="Ad-hoc model with this many parameters (e.g. 7.5e9).")
+    ] = None,
+    layers: Annotated[int | None, typer.Option(help="Ad-hoc model: transformer blocks.")] = None,
+    hidden: Annotated[int | None, typer.Option(help="Ad-hoc model: hidden size.")] = None,
+    gpus: Annotated[
+        int | None, typer.Option(help="GPUs per node (data-parallel ranks); default: the profile's.")
+    ] = None,
+    nodes: Annotated[int | None, typer.Option(help="Nodes; default: the profile's, else 1.")] = None,
+    seq_len: Annotated[int, typer.Option(help="Tokens per sequence.")] = 2048,
+    micro_batch: Annotated[int, typer.Option(help="Sequences per GPU per forward.")] = 1,
+    precision: Annotated[str, typer.Option(help="bf16, fp16 or fp32.")] = "bf16",
+    optimizer: Annotated[
+        str, typer.Option(help="adamw, adam, sgd (with momentum), lion or adagrad.")
+    ] = "adamw",
+    no_checkpointing: Annotated[
+        bool, typer.Option("--no-checkpointing", help="Keep every block's activations (no recompute).")
+    ] = False,
+    profile: Annotated[
+        str | None, typer.Option(help="Hardware profile (catalog name or file) for the GPU capacity.")
+    ] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON only, on stdout.")] = False,
+) -> None:
+    from zerotune.catalog.hardware import DEFAULT_PROFILE, load_profile
+    from zerotune.catalog.models import adhoc_model, load_model
+    from zerotune.model.memory import compare_options
+    from zerotune.render import console
+    from zerotune.schema.workload import Workload
+
+    for flag, value in (
+        ("--gpus", gpus),
+        ("--nodes", nodes),
+        ("--seq-len", seq_len),
+        ("--micro-batch", micro_batch),
+    ):
+        _positive(flag, value)
+    if precision not in ("bf16", "fp16", "fp32"):
+        raise InputError(f"--precision must be bf16, fp16 or fp32, got {precision!r}")
+    if optimizer not in ("adamw", "adam", "sgd", "lion", "adagrad"):
+        raise InputError(f"--optimizer must be adamw, adam, sgd, lion or adagrad, got {optimizer!r}")
+    if model is None and params is None and layers is None and hidden is None:
+        raise InputError("give --model, or an ad-hoc shape with --params", hint="e.g. --model llama-7b")
+    if model is not None and (params is not None or layers is not None or hidden is not None):
+        raise InputError("--model and --params/--layers/--hidden are exclusive", hint="choose one")
+    spec = (
+        load_model(model) if model is not None else adhoc_model(params=params, layers=layers, hidden=hidden)
+    )
+
+    notices: list[str] = []
+    if profile is None:
+        hardware = load_profile(DEFAULT_PROFILE)
+        if gpus is None:
+            notices.append(f"no --profile or --gpus: using the built-in profile {DEFAULT_PROFILE}")
+        else:
+            notices.append(
+                f"GPU capacity from the built-in profile {DEFAULT_PROFILE}; pass --profile for yours"
+            )
+    else:
+        hardware = load_profile(profile)
+    if not hardware.has_gpus:
+        notices.append(f"profile {hardware.name!r} has no GPUs: fit cannot be judged")
+    per_node = gpus if gpus is not None else (hardware.gpus_per_node or 1)
+    node_count = nodes if nodes is not None else (hardware.nodes if profile is not None else 1)
+    workload = Workload(
+        seq_len=seq_len,
+        micro_batch=micro_batch,
+        precision=precision,
+        optimizer=optimizer,
+        activation_checkpointing=not no_checkpointing,
+        gpus_per_node=per_node,
+        nodes=node_count,
+    )
+    rows = compare_options(spec, workload, hardware=hardware)
+    err = console.err()
+    for notice in notices:
+        err.print(f"note: {notice}", markup=False)
+
+    capacity = hardware.gpu.memory_bytes if hardware.has_gpus and hardware.gpu else None
+    if json_out:
+        console.print_json(json.dumps(_payload(spec, workload, hardware, capacity, rows), indent=2))
+        return
+    from rich.markup import escape
+
+    from zerotune.render.memory import memory_chart, memory_table
+    from zerotune.units import fmt_bytes, fmt_count
+
+    out = console.out()
+    gpu = hardware.gpu.name if hardware.has_gpus and hardware.gpu else "no GPU"
+    title = (
+        f"{spec.name} ({fmt_count(spec.params)} params) on {node_count}×{per_node} GPUs "
+        f"[{hardware.name}: {gpu}, {fmt_bytes(capacity) if capacity else 'capacity n/a'}] · "
+        f"seq {seq_len} × micro-batch {micro_batch}, {precision}, {optimizer}, "
+        f"{'no ' if no_checkpointing else ''}activation checkpointing"
+    )
+    out.print(memory_table(rows, title=escape(title)))
+    out.print(memory_chart(rows, capacity=capacity))
+    seen: set[str] = set()
+    for row in rows:
+        for note in row.estimate.notes:
+            if note not in seen:
+                seen.add(note)
+                out.print(f"note: {note}", markup=False, style="dim")
+
+
+def _payload(spec, workload, hardware, capacity, rows) -> dict:
+    return {
+        "model": {
+            "name": spec.name,
+            "params": spec.params,
+            "layers": spec.num_layers,
+            "hidden": spec.hidden_size,
+            "heads": spec.num_heads,
+            "kv_heads": spec.num_kv_heads,
+            "vocab": spec.vocab_size,
+            "largest_layer_params": spec.largest_layer,
+        },
+        "workload": workload.model_dump() | {"world_size": workload.world_size},
+        "profile": hardware.name,
+        "gpu_capacity_bytes": capacity,
+        "rows": [
+            {
+                "stage": row.stage,
+                "offload_optimizer": row.offload_optimizer,
+                "offload_param": row.offload_param,
+                "model_states_bytes_per_gpu": row.estimate.per_gpu.model_states,
+                "total_bytes_per_gpu": row.estimate.per_gpu.total,
+                "cpu_bytes": row.estimate.cpu_bytes_per_node,
+                "nvme_bytes": row.estimate.nvme_bytes_per_node,
+                "breakdown": {
+                    "params": row.estimate.per_gpu.params,
+                    "gradients": row.estimate.per_gpu.gradients,
+                    "optimizer_states": row.estimate.per_gpu.optimizer_states,
+                    "comm_buffers": row.estimate.per_gpu.comm_buffers,
+                    "activations": row.estimate.per_gpu.activations,
+                    "overhead": row.estimate.per_gpu.overhead,
+                },
+                "fits": row.estimate.fits,
+                "headroom_bytes": row.estimate.headroom_bytes,
+                "notes": list(row.estimate.notes),
+            }
+            for row in rows
+        ],
+    }

@@ -454,3 +454,39 @@ def estimate_memory(
         headroom_bytes=headroom,
         notes=tuple(notes),
     )
+
+
+@dataclass(frozen=True)
+class OffloadRow:
+    """One (stage, offload) option and its estimate."""
+
+    stage: int
+    offload_optimizer: str
+    offload_param: str
+    estimate: MemoryEstimate
+
+
+def compare_options(
+    model: ModelSpec,
+    workload: Workload,
+    *,
+    hardware: HardwareProfile | None = None,
+    base: ZeroSettings | None = None,
+    safety_margin: float = DEFAULT_MARGIN,
+) -> list[OffloadRow]:
+    """Estimates for every OFFLOAD_OPTIONS row; other knobs from `base` (DeepSpeed's defaults),
+    with `overlap_comm` at DeepSpeed's per-stage default (on at stage 3 only)."""
+    base = base or ZeroSettings()
+    rows = []
+    for stage, opt, par in OFFLOAD_OPTIONS:
+        zero = base.model_copy(
+            update={
+                "stage": stage,
+                "overlap_comm": stage == 3,
+                "offload_optimizer": base.offload_optimizer.model_copy(update={"device": opt}),
+                "offload_param": base.offload_param.model_copy(update={"device": par}),
+            }
+        )
+        estimate = estimate_memory(model, workload, zero, hardware=hardware, safety_margin=safety_margin)
+        rows.append(OffloadRow(stage, opt, par, estimate))
+    return rows

@@ -1,0 +1,115 @@
+"""Rich renderables for `zerotune memory`: the per-option table and a stacked bar chart.
+
+Pure builders: they take estimates and return renderables; nothing is printed here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from zerotune.model.memory import MemoryBreakdown, OffloadRow
+from zerotune.units import GiB
+
+# breakdown field, column/legend label, colour
+PARTS: tuple[tuple[str, str, str], ...] = (
+    ("params", "Params", "cyan"),
+    ("gradients", "Grads", "green"),
+    ("optimizer_states", "Optim", "magenta"),
+    ("comm_buffers", "Buffers", "yellow"),
+    ("activations", "Activ.", "blue"),
+    ("overhead", "Overhead", "red"),
+)
+
+
+def gib(n: int | None) -> str:
+    return "n/a" if n is None else f"{n / GiB:.2f}"
+
+
+def option_label(row: OffloadRow) -> str:
+    """`ZeRO-3 opt=cpu param=cpu`, shortened when nothing is offloaded."""
+    parts = [f"ZeRO-{row.stage}"]
+    if row.offload_optimizer != "none":
+        parts.append(f"opt={row.offload_optimizer}")
+    if row.offload_param != "none":
+        parts.append(f"param={row.offload_param}")
+    return " ".join(parts)
+
+
+def _fits(value: bool | None) -> Text:
+    if value is None:
+        return Text("n/a", style="dim")
+    return Text("yes", style="green") if value else Text("no", style="bold red")
+
+
+def memory_table(rows: Sequence[OffloadRow], *, title: str | None = None) -> Table:
+    """One line per option: the per-GPU breakdown (GiB), host RAM and NVMe per node, fit."""
+    table = Table(title=title, title_justify="left", header_style="bold")
+    table.add_column("Option", no_wrap=True)
+    for _, label, colour in PARTS:
+        table.add_column(f"{label}\nGiB", justify="right", style=colour)
+    table.add_column("Total/GPU\nGiB", justify="right", style="bold")
+    table.add_column("Host RAM/node\nGiB", justify="right")
+    table.add_column("NVMe/node\nGiB", justify="right")
+    table.add_column("Headroom\nGiB", justify="right")
+    table.add_column("Fits", justify="center")
+    for row in rows:
+        est = row.estimate
+        b = est.per_gpu
+        table.add_row(
+            option_label(row),
+            *(gib(getattr(b, field)) for field, _, _ in PARTS),
+            gib(b.total),
+            gib(est.cpu_bytes_per_node),
+            gib(est.nvme_bytes_per_node),
+            gib(est.headroom_bytes),
+            _fits(est.fits),
+        )
+    return table
+
+
+def stacked_bar(b: MemoryBreakdown, scale: float, width: int) -> Text:
+    """A bar of `b.total * scale` cells (at most `width`, then `▶`), one coloured run per part."""
+    text = Text()
+    used = 0.0
+    drawn = 0
+    for field, _, colour in PARTS:
+        used += getattr(b, field) * scale
+        cells = min(width, round(used)) - drawn
+        if cells > 0:
+            text.append("█" * cells, style=colour)
+            drawn += cells
+    if used > width:
+        text.append("▶", style="bold")
+    return text
+
+
+def memory_chart(rows: Sequence[OffloadRow], *, capacity: int | None = None, width: int = 60) -> Group:
+    """Stacked horizontal bars of the per-GPU breakdown on one scale; `|` marks the GPU capacity.
+
+    With a capacity the scale ends at 1.25× it (longer bars are cut and end in `▶`), so the
+    options near the limit stay readable next to a replicated stage 0.
+    """
+    longest = max(r.estimate.per_gpu.total for r in rows)
+    full = min(longest, 1.25 * capacity) if capacity else longest
+    scale = width / (full or 1)
+    legend = Text("  ").join(Text(f"█ {label}", style=colour) for _, label, colour in PARTS)
+    chart = Table.grid(padding=(0, 1))
+    chart.add_column(no_wrap=True)
+    chart.add_column(no_wrap=True)
+    chart.add_column(justify="right", no_wrap=True)
+    mark = round(capacity * scale) if capacity else None
+    for row in rows:
+        bar = stacked_bar(row.estimate.per_gpu, scale, width)
+        if mark is not None:
+            pad = mark - len(bar.plain)
+            if pad >= 0:
+                bar.append(" " * pad + "|", style="dim")
+        chart.add_row(option_label(row), bar, f"{gib(row.estimate.per_gpu.total)} GiB")
+    parts: list = [legend, chart]
+    if capacity:
+        parts.append(Text(f"| = GPU capacity {gib(capacity)} GiB", style="dim"))
+    return Group(*parts)
