@@ -1,0 +1,352 @@
+"""The memory model against the ZeRO paper, Korthikanti et al. 2022, and DeepSpeed's allocation rules."""
+
+from __future__ import annotations
+
+from decimal import ROUND_HALF_UP, Decimal
+
+import pytest
+
+from zerotune.dsconfig.settings import OffloadOptimizer, OffloadParam, ZeroSettings
+from zerotune.model.activations import LOGIT_BYTES, activation_bytes, layer_activation_bytes
+from zerotune.model.memory import (
+    CUDA_CONTEXT_BYTES,
+    FRAGMENTATION,
+    OFFLOAD_OPTIONS,
+    MemoryBreakdown,
+    StateBytes,
+    compare_options,
+    estimate_memory,
+    model_states,
+    persistent_elements,
+    state_bytes,
+)
+from zerotune.schema.hardware import GpuSpec, HardwareProfile
+from zerotune.schema.model import LayerSpec, ModelSpec
+from zerotune.schema.workload import Workload
+
+GB = 10**9
+
+
+def llama(
+    layers: int = 32, h: int = 4096, heads: int = 32, kv: int = 32, ffn: int = 11008, vocab: int = 32000
+):
+    """A Llama-shaped ModelSpec built by hand (q, k, v, o, gate, up, down, two RMSNorms per block)."""
+    hd = h // heads
+    block = (h, h * h, kv * hd * h, kv * hd * h, h * h, h, ffn * h, ffn * h, h * ffn)
+    specs = [LayerSpec(name="embed", kind="embedding", tensors=(vocab * h,))]
+    specs += [LayerSpec(name=f"layers.{i}", kind="decoder_block", tensors=block) for i in range(layers)]
+    specs += [
+        LayerSpec(name="norm", kind="norm", tensors=(h,)),
+        LayerSpec(name="lm_head", kind="head", tensors=(vocab * h,)),
+    ]
+    return ModelSpec(
+        name=f"test-llama-{layers}x{h}-{vocab}",
+        family="llama",
+        num_layers=layers,
+        hidden_size=h,
+        num_heads=heads,
+        num_kv_heads=kv,
+        head_dim=hd,
+        ffn_size=ffn,
+        vocab_size=vocab,
+        tied_embeddings=False,
+        gated_mlp=True,
+        layers=tuple(specs),
+    )
+
+
+LLAMA_7B = llama()
+H100 = HardwareProfile(name="h100", gpus_per_node=8, gpu=GpuSpec(name="H100", memory_bytes=80 * 2**30))
+
+
+def test_hand_built_llama2_7b_has_the_hf_parameter_count() -> None:
+    # LlamaForCausalLM(Llama-2-7b config).num_parameters() == 6,738,415,616
+    assert LLAMA_7B.params == 6_738_415_616
+
+
+# --- ZeRO paper (Rajbhandari et al. 2019, arXiv:1910.02054) -----------------------------------
+
+PAPER = StateBytes(param=2, grad=2, grad_fp32=0, master=4, moments=8)
+"""The paper's mixed-precision Adam: 2Ψ + 2Ψ + KΨ with K = 12, no fp32 gradient copy counted."""
+
+
+def paper_gb(psi: int, n_d: int, stage: int) -> float:
+    ms = model_states(psi, n_d, stage, PAPER)
+    return (ms.params + ms.grads + ms.optimizer) / GB
+
+
+def test_paper_k_is_mixed_precision_adam() -> None:
+    sb = state_bytes("fp16", "adam", 1)
+    assert sb.k == 12 and (sb.param, sb.grad, sb.master, sb.moments) == (2, 2, 4, 8)
+
+
+def test_paper_figure1_7_5b_on_64_gpus_exactly() -> None:
+    psi = 7_500_000_000  # divisible by 64: no partition padding
+    assert paper_gb(psi, 64, 0) == 120.0  # (2 + 2 + K)Ψ
+    assert paper_gb(psi, 64, 1) == 31.40625  # 4Ψ + KΨ/N_d           -> "31.4 GB"
+    assert paper_gb(psi, 64, 2) == 16.640625  # 2Ψ + (2 + K)Ψ/N_d    -> "16.6 GB"
+    assert paper_gb(psi, 64, 3) == 1.875  # (2 + 2 + K)Ψ/N_d          -> "1.88 GB"
+
+
+@pytest.mark.parametrize(
+    ("n_d", "printed"),
+    [
+        (1, ("120", "120", "120")),
+        (4, ("52.5", "41.3", "30")),
+        (16, ("35.6", "21.6", "7.5")),
+        (64, ("31.4", "16.6", "1.88")),
+        (256, ("30.4", "15.4", "0.47")),
+        (1024, ("30.1", "15.1", "0.12")),
+    ],
+)
+def test_paper_table1_7_5b_column(n_d: int, printed: tuple[str, str, str]) -> None:
+    """Table 1 prints P_os, P_os+g, P_os+g+p for Ψ = 7.5B; ours rounds (half up) to the printed digits."""
+    for stage, text in zip((1, 2, 3), printed, strict=True):
+        decimals = len(text.split(".")[1]) if "." in text else 0
+        value = Decimal(repr(paper_gb(7_500_000_000, n_d, stage)))
+        assert value.quantize(Decimal(1).scaleb(-decimals), rounding=ROUND_HALF_UP) == Decimal(text), (
+            n_d,
+            stage,
+        )
+
+
+def test_paper_formulas_hold_for_any_k() -> None:
+    psi, n_d = 1_000_000_000, 8
+    for moments in (4, 8):  # K = 8 (one fp32 moment + master), K = 12 (Adam)
+        sb = StateBytes(param=2, grad=2, grad_fp32=0, master=4, moments=moments)
+        k = sb.k
+
+        def total(stage: int, sb: StateBytes = sb) -> int:
+            ms = model_states(psi, n_d, stage, sb)
+            return ms.params + ms.grads + ms.optimizer
+
+        assert total(0) == (2 + 2 + k) * psi
+        assert total(1) == 4 * psi + k * psi // n_d
+        assert total(2) == 2 * psi + (2 + k) * psi // n_d
+        assert total(3) == (2 + 2 + k) * psi // n_d
+
+
+# --- optimizers and precision -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("optimizer", "k"), [("adamw", 12), ("adam", 12), ("sgd", 8), ("lion", 8), ("adagrad", 8)]
+)
+def test_optimizer_state_bytes_mixed_precision(optimizer: str, k: int) -> None:
+    assert state_bytes("bf16", optimizer, 2).k == k
+
+
+def test_fp32_master_copy_only_where_deepspeed_clones_one() -> None:
+    # stage 1/2 clone the partition (stage_1_and_2.py single_partition_of_fp32_groups);
+    # stage 3 reuses an fp32 partition; stage 0 steps the model's own tensors.
+    assert [state_bytes("fp32", "adamw", s).k for s in (0, 1, 2, 3)] == [8, 12, 12, 8]
+    assert state_bytes("fp32", "adamw", 3, offload=True).k == 12
+    assert state_bytes("fp32", "adamw", 2).grad_fp32 == 0
+
+
+def test_non_adam_optimizer_shrinks_optimizer_states_by_the_moment_ratio() -> None:
+    w = Workload(gpus_per_node=8)
+    zero = ZeroSettings(stage=2)
+    adam = estimate_memory(LLAMA_7B, w, zero).per_gpu.optimizer_states
+    lion = estimate_memory(
+        LLAMA_7B, w.model_copy(update={"optimizer": "lion"}), zero
+    ).per_gpu.optimizer_states
+    part = -(-LLAMA_7B.params // 8)
+    assert adam == 12 * part and lion == 8 * part
+
+
+# --- estimate_memory: stages, offload, buffers ------------------------------------------------
+
+
+def _zero(stage: int, opt: str = "none", par: str = "none", **kw) -> ZeroSettings:
+    return ZeroSettings(
+        stage=stage,
+        overlap_comm=kw.pop("overlap_comm", stage == 3),
+        offload_optimizer=OffloadOptimizer(device=opt),
+        offload_param=OffloadParam(device=par),
+        **kw,
+    )
+
+
+def test_breakdown_sums() -> None:
+    b = MemoryBreakdown(1, 2, 3, 4, 5, 6)
+    assert (b.model_states, b.total) == (6, 21)
+
+
+def test_model_states_per_stage_for_llama_7b_bf16_adamw() -> None:
+    psi, n = LLAMA_7B.params, 8
+    part = -(-psi // n)
+    w = Workload(gpus_per_node=n)
+    s0, s1, s2, s3 = (estimate_memory(LLAMA_7B, w, _zero(s)).per_gpu for s in range(4))
+    assert (s0.params, s0.gradients, s0.optimizer_states) == (2 * psi, 6 * psi, 12 * psi)
+    assert (s1.params, s1.gradients, s1.optimizer_states) == (2 * psi, 2 * psi + 4 * part, 12 * part)
+    assert (s2.params, s2.gradients, s2.optimizer_states) == (2 * psi, 6 * part, 12 * part)
+    persistent = persistent_elements(
+        tuple(t for la in LLAMA_7B.layers for t in la.tensors), 100_000, 2**63 - 1
+    )
+    assert persistent == 65 * 4096  # two RMSNorm weights per block + the final norm
+    assert s3.params == 2 * (persistent + -(-(psi - persistent) // n))
+    assert s0.total > s1.total > s2.total > s3.total
+
+
+def test_optimizer_offload_moves_states_to_host_per_node() -> None:
+    psi, g = LLAMA_7B.params, 4
+    part = -(-psi // (g * 2))
+    w = Workload(gpus_per_node=g, nodes=2)
+    for stage in (1, 2, 3):
+        est = estimate_memory(LLAMA_7B, w, _zero(stage, "cpu"))
+        assert est.per_gpu.optimizer_states == 0
+        # fp32 master + Adam moments + fp32 grad, and a 16-bit partition copy, for each of g ranks
+        assert est.cpu_bytes_per_node == g * part * (4 + 8 + 4 + 2)
+        assert est.nvme_bytes_per_node == 0
+    both = estimate_memory(LLAMA_7B, w, _zero(3, "cpu", "cpu"))
+    assert both.per_gpu.params == 2 * 65 * 4096  # only persistent parameters stay on the GPU
+    assert both.cpu_bytes_per_node == g * part * (4 + 8 + 4 + 2 + 2)
+
+
+def test_offload_param_is_ignored_below_stage_3() -> None:
+    w = Workload()
+    assert estimate_memory(LLAMA_7B, w, _zero(2, "cpu", "cpu")) == estimate_memory(
+        LLAMA_7B, w, _zero(2, "cpu")
+    )
+
+
+def test_nvme_offload_splits_between_host_and_nvme() -> None:
+    w = Workload(gpus_per_node=8)
+    part = -(-LLAMA_7B.params // 8)
+    zero = _zero(3, "nvme", "nvme", sub_group_size=100_000_000)
+    est = estimate_memory(LLAMA_7B, w, zero)
+    # all optimizer state on NVMe; parameters beyond max_in_cpu (1e9 > part: none) too
+    assert est.nvme_bytes_per_node == 8 * part * (4 + 8 + 4)
+    swap = 4 * 100_000_000 * 4 + 5 * 100_000_000 * 2  # optimizer + parameter pinned swap buffers
+    assert est.cpu_bytes_per_node == 8 * (part * 2 + part * 2 + swap)
+    small = estimate_memory(
+        LLAMA_7B, w, zero.model_copy(update={"offload_param": OffloadParam(device="nvme", max_in_cpu=0)})
+    )
+    assert small.nvme_bytes_per_node - est.nvme_bytes_per_node == 8 * part * 2
+
+
+def test_stage_1_2_buffers_follow_reduce_bucket_and_overlap() -> None:
+    w = Workload()
+    base = estimate_memory(LLAMA_7B, w, _zero(2, reduce_bucket_size=200_000_000)).per_gpu.comm_buffers
+    overlap = estimate_memory(LLAMA_7B, w, _zero(2, reduce_bucket_size=200_000_000, overlap_comm=True))
+    assert overlap.per_gpu.comm_buffers - base == 200_000_000 * 2  # double buffer, bf16
+    bigger = estimate_memory(LLAMA_7B, w, _zero(2, reduce_bucket_size=500_000_000)).per_gpu.comm_buffers
+    assert bigger - base == 300_000_000 * 2
+    # stage 2 also holds the largest tensor's full gradient before bucketing; stage 1 does not
+    s1 = estimate_memory(LLAMA_7B, w, _zero(1, reduce_bucket_size=200_000_000)).per_gpu.comm_buffers
+    assert base - s1 == LLAMA_7B.largest_tensor * 2
+    # allgather_bucket_size allocates nothing (all_gather_into_tensor)
+    ag = estimate_memory(LLAMA_7B, w, _zero(2, reduce_bucket_size=200_000_000, allgather_bucket_size=10**9))
+    assert ag.per_gpu.comm_buffers == base
+
+
+def test_stage_3_buffers_follow_prefetch_max_live_and_single_bucket() -> None:
+    w = Workload()
+    z = _zero(3, reduce_bucket_size=100_000_000, prefetch_bucket_size=50_000_000)
+    base = estimate_memory(LLAMA_7B, w, z).per_gpu.comm_buffers
+    biggest = LLAMA_7B.largest_layer
+    assert base == (100_000_000 + biggest + 50_000_000 + LLAMA_7B.largest_tensor) * 2
+    no_overlap = estimate_memory(LLAMA_7B, w, z.model_copy(update={"overlap_comm": False}))
+    assert no_overlap.per_gpu.comm_buffers == base  # no double buffer at stage 3
+    capped = z.model_copy(update={"max_live_parameters": biggest + 10_000_000})
+    assert base - estimate_memory(LLAMA_7B, w, capped).per_gpu.comm_buffers == 40_000_000 * 2
+    seq = z.model_copy(update={"allgather_sequential": True})
+    assert base - estimate_memory(LLAMA_7B, w, seq).per_gpu.comm_buffers == 50_000_000 * 2
+    assert any("max_live" in note for note in estimate_memory(LLAMA_7B, w, z).notes)
+
+
+def test_persistence_thresholds() -> None:
+    tensors = (10, 500, 20, 30, 1000)
+    assert persistent_elements(tensors, 100, 10**9) == 60
+    assert persistent_elements(tensors, 100, 35) == 30  # 10 + 20; 30 would pass the model cap
+    assert persistent_elements(tensors, 0, 10**9) == 0
+
+
+def test_overhead_is_context_plus_fragmentation_of_short_lived_allocations() -> None:
+    b = estimate_memory(LLAMA_7B, Workload(), _zero(2)).per_gpu
+    assert b.overhead == CUDA_CONTEXT_BYTES + int(FRAGMENTATION * (b.activations + b.comm_buffers))
+
+
+def test_fit_uses_capacity_and_margin() -> None:
+    w = Workload(gpus_per_node=8)
+    est = estimate_memory(LLAMA_7B, w, _zero(3), hardware=H100, safety_margin=0.1)
+    cap = 80 * 2**30
+    assert est.gpu_capacity_bytes == cap
+    assert est.headroom_bytes == cap - -(-est.per_gpu.total * 11 // 10)
+    assert est.fits is True
+    assert estimate_memory(LLAMA_7B, w, _zero(0), hardware=H100).fits is False  # 16 B/param replicated
+    cpu_only = HardwareProfile(name="cpu-box", gpus_per_node=0)
+    none = estimate_memory(LLAMA_7B, w, _zero(3), hardware=cpu_only)
+    assert (none.fits, none.gpu_capacity_bytes, none.headroom_bytes) == (None, None, None)
+    assert any("cannot be judged" in n for n in none.notes)
+    assert estimate_memory(LLAMA_7B, w, _zero(3)).fits is None
+
+
+def test_compare_options_covers_every_stage_and_offload() -> None:
+    rows = compare_options(LLAMA_7B, Workload(), hardware=H100)
+    assert [(r.stage, r.offload_optimizer, r.offload_param) for r in rows] == list(OFFLOAD_OPTIONS)
+    assert {r.stage for r in rows} == {0, 1, 2, 3}
+    by = {(r.stage, r.offload_optimizer, r.offload_param): r.estimate for r in rows}
+    assert (
+        by[(3, "cpu", "cpu")].per_gpu.total
+        < by[(3, "cpu", "none")].per_gpu.total
+        < by[(3, "none", "none")].per_gpu.total
+    )
+
+
+# --- activations (Korthikanti et al. 2022, arXiv:2205.05198) --------------------------------
+
+
+@pytest.mark.parametrize(
+    ("s", "b", "h", "a"), [(2048, 1, 12288, 96), (4096, 2, 4096, 32), (512, 8, 1024, 16)]
+)
+def test_korthikanti_gpt_block_formula_exactly(s: int, b: int, h: int, a: int) -> None:
+    got = layer_activation_bytes(s, b, h, a, ffn=4 * h, gated=False, elem_bytes=2, flash=False, dropout=True)
+    assert got * h == s * b * h * (34 * h + 5 * a * s)  # s·b·h·(34 + 5·a·s/h), integer form
+
+
+def test_flash_attention_drops_the_quadratic_term() -> None:
+    s, b, h, a = 8192, 1, 4096, 32
+    eager = layer_activation_bytes(s, b, h, a, ffn=4 * h, flash=False, dropout=True)
+    flash = layer_activation_bytes(s, b, h, a, ffn=4 * h, flash=True, dropout=True)
+    assert eager - flash == 5 * a * s * s * b - 4 * a * s * b  # scores gone, fp32 log-sum-exp kept
+
+
+def test_gated_mlp_and_gqa_terms() -> None:
+    s, b, h, a, f = 1024, 1, 4096, 32, 11008
+    plain = layer_activation_bytes(s, b, h, a, ffn=f, gated=False)
+    gated = layer_activation_bytes(s, b, h, a, ffn=f, gated=True)
+    assert gated - plain == 2 * 2 * s * b * f  # gate, up, act(gate), product vs fc1 out, act out
+    gqa = layer_activation_bytes(s, b, h, a, kv_heads=8, ffn=f, gated=True)
+    assert gated - gqa == 2 * 2 * s * b * h * (32 - 8) // 32  # smaller K and V
+
+
+def test_checkpointing_keeps_block_inputs_plus_one_block_and_the_head() -> None:
+    kw = dict(
+        num_layers=32,
+        seq=4096,
+        micro=2,
+        hidden=4096,
+        heads=32,
+        kv_heads=8,
+        ffn=14336,
+        gated=True,
+        vocab=128256,
+        precision="bf16",
+    )
+    block = layer_activation_bytes(4096, 2, 4096, 32, kv_heads=8, ffn=14336, gated=True)
+    head = 2 * 2 * 4096 * 2 * 4096 + LOGIT_BYTES * 4096 * 2 * 128256
+    assert activation_bytes(checkpointing=True, **kw) == 32 * 2 * 4096 * 2 * 4096 + block + head
+    assert activation_bytes(checkpointing=False, **kw) == 32 * block + head
+    # Llama-3 vocabulary: the logits/loss buffers outweigh all 32 checkpointed block inputs
+    assert LOGIT_BYTES * 4096 * 2 * 128256 > 32 * 2 * 4096 * 2 * 4096
+
+
+def test_activations_scale_with_micro_batch_and_sequence() -> None:
+    zero = _zero(3)
+    one = estimate_memory(LLAMA_7B, Workload(seq_len=2048, micro_batch=1), zero).per_gpu.activations
+    two = estimate_memory(LLAMA_7B, Workload(seq_len=2048, micro_batch=2), zero).per_gpu.activations
+    assert two == 2 * one  # linear in b with flash attention
+    no_ckpt = estimate_memory(LLAMA_7B, Workload(activation_checkpointing=False), zero).per_gpu.activations
+    assert no_ckpt > 5 * one
