@@ -1,0 +1,286 @@
+"""Read a DeepSpeed config the way DeepSpeed does, keeping where every key sits in the text.
+
+DeepSpeed 0.19.8 opens config files with `hjson.load(..., object_pairs_hook=dict_raise_error_on_duplicate_keys)`
+(deepspeed/runtime/config.py, `DeepSpeedConfig.__init__`): comments, trailing commas and quoteless values load,
+duplicate keys are rejected. Hugging Face Trainer and accelerate read the same file with `json.load`, which
+rejects the hjson-only syntax. So a file is tried with `json` first (fast, and what HF sees), then with `hjson`
+(what DeepSpeed sees); the difference becomes a finding, never an exception.
+
+Positions come from a small scanner over the text (`_Scanner`): it maps each RFC 6901 JSON pointer to the
+span of its key and value, notes quoteless values (hjson reads `CONFIG_BATCH_SIZE,` as the string
+'CONFIG_BATCH_SIZE,') and duplicate keys. The data itself always comes from json/hjson, so a scanner gap can
+only cost a line number, never a wrong value.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from bisect import bisect_right
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import hjson
+
+from zerotune.errors import InputError
+
+IssueKind = Literal["syntax", "hjson_only", "placeholder", "duplicate"]
+
+
+@dataclass(frozen=True)
+class Node:
+    """Where one value sits: its key span (None for array items and the root) and its value span."""
+
+    pointer: str
+    key_start: int | None
+    key_end: int | None
+    value_start: int
+    value_end: int
+    quoted: bool = True
+
+
+@dataclass(frozen=True)
+class LoadIssue:
+    """Something wrong with the text itself; lint turns each into a ZT0xx diagnostic."""
+
+    kind: IssueKind
+    message: str
+    pointer: str
+    offset: int | None
+
+
+@dataclass
+class LoadedConfig:
+    """A parsed config file: the data DeepSpeed would get, plus where things are in the text."""
+
+    path: str
+    text: str
+    data: Any = None
+    parsed: bool = False
+    strict_json: bool = False
+    nodes: dict[str, Node] = field(default_factory=dict)
+    issues: list[LoadIssue] = field(default_factory=list)
+    _line_starts: list[int] = field(default_factory=list, repr=False)
+
+    def position(self, offset: int | None) -> tuple[int | None, int | None]:
+        """1-based (line, column) of a character offset."""
+        if offset is None:
+            return None, None
+        if not self._line_starts:
+            self._line_starts = [0] + [m.end() for m in re.finditer("\n", self.text)]
+        line = bisect_right(self._line_starts, offset)
+        return line, offset - self._line_starts[line - 1] + 1
+
+    def locate(self, pointer: str) -> tuple[int | None, int | None]:
+        """Line and column for `pointer`: its key, else the nearest ancestor that exists in the text."""
+        probe = pointer
+        while True:
+            node = self.nodes.get(probe)
+            if node is not None:
+                return self.position(node.key_start if node.key_start is not None else node.value_start)
+            if not probe:
+                return (1, 1) if self.text else (None, None)
+            probe = probe.rsplit("/", 1)[0]
+
+
+def escape(key: str) -> str:
+    """One JSON-pointer reference token (RFC 6901)."""
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def pointer_of(*keys: str | int) -> str:
+    return "".join(f"/{escape(str(k))}" for k in keys)
+
+
+def load_path(path: str | Path) -> LoadedConfig:
+    """Read a file (or "-" for stdin). Unreadable input is an InputError (exit 2); bad syntax is a finding."""
+    if str(path) == "-":
+        import sys
+
+        raw = sys.stdin.buffer.read()
+        name = "<stdin>"
+    else:
+        target = Path(path)
+        if not target.is_file():
+            raise InputError(f"{path}: no such file", hint="check the path or the glob")
+        try:
+            raw = target.read_bytes()
+        except OSError as exc:
+            raise InputError(f"{path}: cannot read ({exc.strerror})") from None
+        name = str(path)
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        loaded = LoadedConfig(path=name, text="")
+        loaded.issues.append(LoadIssue("syntax", f"not UTF-8 text (byte {exc.start})", "", None))
+        return loaded
+    return load_text(text, name)
+
+
+class _Duplicates:
+    """object_pairs_hook that records duplicate keys instead of failing (DeepSpeed raises on them)."""
+
+    def __init__(self) -> None:
+        self.keys: list[str] = []
+
+    def __call__(self, pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in out:
+                self.keys.append(key)
+            out[key] = value
+        return out
+
+
+def load_text(text: str, path: str = "<text>") -> LoadedConfig:
+    loaded = LoadedConfig(path=path, text=text)
+    dups = _Duplicates()
+    try:
+        loaded.data = json.loads(text, object_pairs_hook=dups, parse_constant=_reject_constant)
+        loaded.parsed = loaded.strict_json = True
+    except (json.JSONDecodeError, ValueError) as exc:
+        json_error = exc
+        dups = _Duplicates()
+        try:
+            loaded.data = hjson.loads(text, object_pairs_hook=dups)
+            loaded.parsed = True
+        except (hjson.HjsonDecodeError, ValueError, RecursionError, IndexError) as hexc:
+            pos = getattr(hexc, "pos", None)
+            msg = getattr(hexc, "msg", None) or str(hexc)
+            loaded.issues.append(LoadIssue("syntax", msg, "", pos if isinstance(pos, int) else None))
+            return loaded
+        pos = getattr(json_error, "pos", None)
+        msg = getattr(json_error, "msg", str(json_error))
+        loaded.issues.append(LoadIssue("hjson_only", msg, "", pos if isinstance(pos, int) else None))
+    except RecursionError:
+        loaded.issues.append(LoadIssue("syntax", "nesting too deep", "", None))
+        return loaded
+    scanner = _Scanner(text)
+    try:
+        scanner.document()
+    except (_ScanError, IndexError, RecursionError):
+        pass  # positions are best effort: the data came from json/hjson
+    loaded.nodes = scanner.nodes
+    for pointer, offset in scanner.duplicates:
+        loaded.issues.append(LoadIssue("duplicate", pointer.rsplit("/", 1)[-1], pointer, offset))
+    if dups.keys and not scanner.duplicates:
+        for key in dups.keys:
+            loaded.issues.append(LoadIssue("duplicate", key, "", None))
+    if not loaded.strict_json:
+        for node in scanner.nodes.values():
+            if not node.quoted:
+                raw = text[node.value_start : node.value_end]
+                loaded.issues.append(LoadIssue("placeholder", raw.strip(), node.pointer, node.value_start))
+    return loaded
+
+
+def _reject_constant(name: str) -> Any:
+    # NaN/Infinity are not JSON: json.load in HF would accept them, hjson reads them as strings.
+    raise ValueError(f"{name} is not valid JSON")
+
+
+class _ScanError(Exception):
+    pass
+
+
+_LITERAL = re.compile(
+    r"(-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?|true|false|null)(?=\s*(?:[,}\]]|#|//|/\*|$))", re.M
+)
+_WS = re.compile(r"(?:\s+|#[^\n]*|//[^\n]*|/\*.*?\*/)*", re.S)
+_STRING = {'"': re.compile(r'"(?:[^"\\\n]|\\.)*"'), "'": re.compile(r"'(?:[^'\\\n]|\\.)*'")}
+_BARE_KEY = re.compile(r"[^\s:,{}\[\]]+")
+
+
+class _Scanner:
+    """JSON plus the hjson forms seen in real configs (comments, trailing commas, quoteless values)."""
+
+    def __init__(self, text: str) -> None:
+        self.t = text
+        self.i = 0
+        self.nodes: dict[str, Node] = {}
+        self.duplicates: list[tuple[str, int]] = []
+
+    def ws(self) -> None:
+        self.i = _WS.match(self.t, self.i).end()
+
+    def document(self) -> None:
+        self.ws()
+        if self.i < len(self.t) and self.t[self.i] in "{[":
+            self.value("", None, None)
+
+    def value(self, pointer: str, key_start: int | None, key_end: int | None) -> None:
+        self.ws()
+        start = self.i
+        c = self.t[self.i]
+        quoted = True
+        if c == "{":
+            self.obj(pointer)
+        elif c == "[":
+            self.arr(pointer)
+        elif c in _STRING:
+            m = _STRING[c].match(self.t, self.i)
+            if not m:
+                raise _ScanError
+            self.i = m.end()
+        else:
+            m = _LITERAL.match(self.t, self.i)
+            if m:
+                self.i = m.end()
+            else:  # hjson quoteless string: everything up to the end of the line
+                end = self.t.find("\n", self.i)
+                self.i = len(self.t) if end < 0 else end
+                quoted = False
+        end = self.i
+        if not quoted:
+            end = start + len(self.t[start:end].rstrip())
+        self.nodes[pointer] = Node(pointer, key_start, key_end, start, end, quoted)
+
+    def obj(self, pointer: str) -> None:
+        self.i += 1
+        seen: set[str] = set()
+        while True:
+            self.ws()
+            c = self.t[self.i]
+            if c == "}":
+                self.i += 1
+                return
+            if c == ",":
+                self.i += 1
+                continue
+            key_start = self.i
+            if c in _STRING:
+                m = _STRING[c].match(self.t, self.i)
+                if not m:
+                    raise _ScanError
+                key = json.loads(m.group()) if c == '"' else m.group()[1:-1]
+            else:
+                m = _BARE_KEY.match(self.t, self.i)
+                if not m:
+                    raise _ScanError
+                key = m.group()
+            self.i = m.end()
+            child = f"{pointer}/{escape(key)}"
+            if key in seen:
+                self.duplicates.append((child, key_start))
+            seen.add(key)
+            self.ws()
+            if self.t[self.i] != ":":
+                raise _ScanError
+            self.i += 1
+            self.value(child, key_start, m.end())
+
+    def arr(self, pointer: str) -> None:
+        self.i += 1
+        index = 0
+        while True:
+            self.ws()
+            c = self.t[self.i]
+            if c == "]":
+                self.i += 1
+                return
+            if c == ",":
+                self.i += 1
+                continue
+            self.value(f"{pointer}/{index}", None, None)
+            index += 1

@@ -1,0 +1,848 @@
+"""What DeepSpeed 0.19.8 reads from a config: every section, key, type, default, unit, alias and status.
+
+Pure data (no deepspeed import). Sources, all in the installed 0.19.8 wheel and summarised in
+DEEPSPEED_FACTS.md: `runtime/zero/config.py` (DeepSpeedZeroConfig, 43 fields), `runtime/zero/offload_config.py`,
+`runtime/zenflow/zenflow_config.py`, `runtime/zero/leaf_module_config.py`, `runtime/precision_config.py`,
+`runtime/config.py` (top-level readers, removed keys), `runtime/constants.py`, `comm/config.py`,
+`monitor/config.py`, `compile/config.py`, `utils/config.py`, `inference/config.py`,
+`runtime/tensor_parallel/config.py`, `runtime/swap_tensor/constants.py`, `autotuning/constants.py`.
+tests/unit/test_dsconfig_schema.py proves the pydantic tables equal DeepSpeed's `model_fields` (names,
+aliases, defaults) when deepspeed is installed.
+
+Parsing rules that matter for a linter (DEEPSPEED_FACTS §1.1, §3.8):
+- *strict* sections are pydantic models with extra="forbid": an unknown key is a DeepSpeed error, a value is
+  coerced in pydantic's lax mode (JSON 5e8 → int OK, the string "5e8" rejected, 2.5 rejected for an int), and
+  a value that is exactly the string "auto" is dropped so the default applies;
+- *tolerant* sections are read with dict.get: unknown keys are silently ignored and values are not checked;
+- *free* sections (optimizer/scheduler params, data_efficiency, …) are passed on as they are.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import Any, Literal
+
+Kind = Literal["bool", "int", "float", "str", "stage", "device", "path", "object", "list", "number", "any"]
+Status = Literal["stable", "new", "changed"]
+
+ALL_STAGES = frozenset({0, 1, 2, 3})
+ZERO_STAGES = frozenset({1, 2, 3})
+STAGE_1_2 = frozenset({1, 2})
+STAGE_3 = frozenset({3})
+
+
+@dataclass(frozen=True)
+class Field:
+    """One config key. `stages` = ZeRO stages where it has an effect (None: not stage-dependent)."""
+
+    name: str
+    kind: Kind
+    default: Any = None
+    alias: str | None = None
+    unit: str | None = None
+    gt: float | None = None
+    ge: float | None = None
+    lt: float | None = None
+    le: float | None = None
+    nullable: bool = False
+    stages: frozenset[int] | None = None
+    deprecated: str | None = None
+    status: Status = "stable"
+    doc: str = ""
+
+    @property
+    def spellings(self) -> tuple[str, ...]:
+        return (self.alias, self.name) if self.alias else (self.name,)
+
+
+@dataclass(frozen=True)
+class Section:
+    """A mapping in the config. `mode`: strict (pydantic, extra forbidden), tolerant (dict.get), free."""
+
+    pointer: str
+    mode: Literal["strict", "tolerant", "free"]
+    fields: tuple[Field, ...] = ()
+    source: str = ""
+
+    def field(self, key: str) -> Field | None:
+        for f in self.fields:
+            if key in f.spellings:
+                return f
+        return None
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return tuple(k for f in self.fields for k in f.spellings)
+
+
+F = Field
+E = "elements"
+
+# DeepSpeedZeroConfig (runtime/zero/config.py); defaults dumped from model_fields on 0.19.8.
+ZERO_FIELDS: tuple[Field, ...] = (
+    F("stage", "stage", 0, stages=ALL_STAGES, doc="0 off, 1 optimizer states, 2 +gradients, 3 +parameters"),
+    F(
+        "contiguous_gradients",
+        "bool",
+        True,
+        stages=ZERO_STAGES,
+        doc="copy gradients into a contiguous bucket",
+    ),
+    F("reduce_scatter", "bool", True, stages=ZERO_STAGES, doc="reduce-scatter instead of all-reduce"),
+    F(
+        "reduce_bucket_size",
+        "int",
+        500_000_000,
+        unit=E,
+        gt=0,
+        stages=ZERO_STAGES,
+        status="changed",
+        doc="elements per gradient-reduction bucket (0 rejected since 0.17+)",
+    ),
+    F("use_multi_rank_bucket_allreduce", "bool", True, stages=STAGE_1_2),
+    F("allgather_partitions", "bool", True, stages=frozenset(), doc="no reader in 0.19.8"),
+    F(
+        "allgather_bucket_size",
+        "int",
+        500_000_000,
+        unit=E,
+        ge=0,
+        stages=STAGE_1_2,
+        doc="elements per parameter all-gather (stage 1/2; unused when torch has all_gather_into_tensor)",
+    ),
+    F(
+        "overlap_comm",
+        "bool",
+        None,
+        nullable=True,
+        stages=ZERO_STAGES,
+        doc="None → True at stage 3, else False",
+    ),
+    F("compute_grad_norm", "bool", True, stages=STAGE_1_2, status="new"),
+    F("load_from_fp32_weights", "bool", True, stages=ZERO_STAGES),
+    F("elastic_checkpoint", "bool", False, stages=STAGE_1_2),
+    F("offload_param", "object", None, nullable=True, stages=STAGE_3),
+    F("offload_optimizer", "object", None, nullable=True, stages=ZERO_STAGES),
+    F("zenflow", "object", None, nullable=True, stages=ZERO_STAGES, status="new"),
+    F("sub_group_size", "int", 1_000_000_000, unit=E, ge=0, stages=STAGE_3),
+    F("cpu_offload_param", "bool", None, nullable=True, deprecated="offload_param"),
+    F(
+        "cpu_offload_use_pin_memory",
+        "bool",
+        None,
+        nullable=True,
+        deprecated="offload_param or offload_optimizer",
+    ),
+    F("cpu_offload", "bool", None, nullable=True, deprecated="offload_optimizer"),
+    F(
+        "prefetch_bucket_size",
+        "int",
+        50_000_000,
+        alias="stage3_prefetch_bucket_size",
+        unit=E,
+        ge=0,
+        stages=STAGE_3,
+    ),
+    F(
+        "param_persistence_threshold",
+        "int",
+        100_000,
+        alias="stage3_param_persistence_threshold",
+        unit=E,
+        ge=0,
+        stages=STAGE_3,
+    ),
+    F(
+        "model_persistence_threshold",
+        "int",
+        sys.maxsize,
+        alias="stage3_model_persistence_threshold",
+        unit=E,
+        ge=0,
+        stages=STAGE_3,
+    ),
+    F(
+        "max_live_parameters",
+        "int",
+        1_000_000_000,
+        alias="stage3_max_live_parameters",
+        unit=E,
+        ge=0,
+        stages=STAGE_3,
+    ),
+    F(
+        "max_reuse_distance",
+        "int",
+        1_000_000_000,
+        alias="stage3_max_reuse_distance",
+        unit=E,
+        ge=0,
+        stages=STAGE_3,
+    ),
+    F(
+        "gather_16bit_weights_on_model_save",
+        "bool",
+        False,
+        alias="stage3_gather_16bit_weights_on_model_save",
+        stages=STAGE_3,
+    ),
+    F("module_granularity_threshold", "int", 0, alias="stage3_module_granularity_threshold", stages=STAGE_3),
+    F(
+        "use_all_reduce_for_fetch_params",
+        "bool",
+        False,
+        alias="stage3_use_all_reduce_for_fetch_params",
+        stages=STAGE_3,
+    ),
+    F(
+        "allgather_sequential",
+        "bool",
+        False,
+        alias="stage3_allgather_sequential",
+        stages=STAGE_3,
+        status="new",
+    ),
+    F(
+        "stage3_gather_fp16_weights_on_model_save",
+        "bool",
+        False,
+        stages=STAGE_3,
+        deprecated="gather_16bit_weights_on_model_save",
+    ),
+    F("ignore_unused_parameters", "bool", True, stages=STAGE_1_2),
+    F("legacy_stage1", "bool", False),
+    F("round_robin_gradients", "bool", False, stages=STAGE_1_2),
+    F("parameter_alignment", "bool", False, stages=STAGE_1_2, status="new"),
+    F("zero_hpz_partition_size", "int", 1, ge=0, stages=STAGE_3, doc="ZeRO++ hpZ"),
+    F("zero_quantized_weights", "bool", False, stages=STAGE_3, doc="ZeRO++ qwZ"),
+    F("zero_quantized_nontrainable_weights", "bool", False, stages=STAGE_3),
+    F("zero_quantized_gradients", "bool", False, stages=STAGE_3, doc="ZeRO++ qgZ"),
+    F("memory_efficient_linear", "bool", True, stages=STAGE_3),
+    F("pipeline_loading_checkpoint", "bool", False, stages=STAGE_3),
+    F("override_module_apply", "bool", True, stages=STAGE_3),
+    F("log_trace_cache_warnings", "bool", False, stages=STAGE_3),
+    F("enable_sanity_checks", "bool", False, stages=STAGE_3, status="new"),
+    F("save_muon_momentum_buffer_in_memory", "bool", False, stages=STAGE_3, status="new"),
+    F("leaf_module", "object", None, stages=STAGE_3, status="new"),
+)
+
+OFFLOAD_PARAM_FIELDS: tuple[Field, ...] = (
+    F("device", "device", "none"),
+    F("nvme_path", "path", None, nullable=True),
+    F("buffer_count", "int", 5, ge=0),
+    F("buffer_size", "int", 100_000_000, unit=E, ge=0),
+    F("max_in_cpu", "int", 1_000_000_000, unit=E, ge=0),
+    F("pin_memory", "bool", True, status="changed"),
+)
+
+OFFLOAD_OPTIMIZER_FIELDS: tuple[Field, ...] = (
+    F("device", "device", "none"),
+    F("nvme_path", "path", None, nullable=True),
+    F("buffer_count", "int", 4, ge=0),
+    F("pin_memory", "bool", True, status="changed"),
+    F("pipeline_read", "bool", False),
+    F("pipeline_write", "bool", False),
+    F("fast_init", "bool", False),
+    F("ratio", "float", 1.0, ge=0.0, le=1.0, unit="fraction"),
+    F("super_offload", "bool", False, stages=STAGE_3, status="new"),
+    F("cpuadam_cores_perc", "float", 0.8, ge=0.0, le=1.0, unit="fraction", status="new"),
+)
+
+ZENFLOW_FIELDS: tuple[Field, ...] = (
+    F("topk_ratio", "float", 0.1, gt=0.0, lt=1.0),
+    F("select_strategy", "str", "auto"),
+    F("select_interval", "any", "auto"),
+    F("update_interval", "any", "auto"),
+    F("overlap_step", "bool", False),
+    F("offload", "bool", False),
+    F("auto_ratio", "float", 0.99, ge=0.0, le=1.0),
+    F("full_warm_up_rounds", "int", 0),
+    F("pt_reserved_cores_perc", "float", 0.5, ge=0.0, le=1.0),
+    F("steps_per_epoch", "int", None, nullable=True),
+)
+
+LEAF_MODULE_FIELDS: tuple[Field, ...] = (
+    F("classes", "list", None),
+    F("names", "list", None),
+    F("name_suffixes", "list", None),
+)
+
+FP16_FIELDS: tuple[Field, ...] = (
+    F("enabled", "bool", False),
+    F("auto_cast", "bool", False),
+    F("loss_scale", "float", 0, ge=0, doc="0 = dynamic loss scaling"),
+    F("initial_scale_power", "int", 16),
+    F("loss_scale_window", "int", 1000),
+    F("hysteresis", "int", 2),
+    F("consecutive_hysteresis", "bool", False),
+    F("min_loss_scale", "int", 1),
+    F("fp16_master_weights_and_grads", "bool", False),
+)
+
+BF16_FIELDS: tuple[Field, ...] = (
+    F("enabled", "bool", False),
+    F("immediate_grad_update", "bool", False),
+    F("check_grad_overflow", "bool", True, status="new"),
+    F("bf16_master_weights_and_grads", "bool", False, status="new"),
+    F("bf16_optimizer_states", "bool", False, status="new"),
+)
+
+
+def _names(kind: Kind, *names: str) -> tuple[Field, ...]:
+    return tuple(F(n, kind) for n in names)
+
+
+def _any(*names: str) -> tuple[Field, ...]:
+    return _names("any", *names)
+
+
+_MONITOR_COMMON = (
+    F("enabled", "bool", False),
+    F("output_path", "str", ""),
+    F("job_name", "str", "DeepSpeedJobName"),
+)
+
+# Top-level keys 0.19.8 reads (DEEPSPEED_FACTS §3.0). Sections are "object"; scalar types are what the
+# readers need to work (dict.get does not coerce: a string batch size breaks the arithmetic).
+TOP_FIELDS: tuple[Field, ...] = (
+    F("train_batch_size", "int", None, gt=0),
+    F("train_micro_batch_size_per_gpu", "int", None, gt=0),
+    F("gradient_accumulation_steps", "int", None, gt=0),
+    F("managed_gradient_accumulation", "bool", True, status="new"),
+    F("steps_per_print", "int", None),
+    F("dump_state", "bool", False),
+    F("disable_allgather", "bool", False),
+    F("dataloader_drop_last", "bool", False),
+    F("wall_clock_breakdown", "bool", False),
+    F("memory_breakdown", "bool", False),
+    F("use_data_before_expert_parallelism", "bool", False),
+    F("disable_python_gc", "bool", False, status="new"),
+    F("log_level", "str", None, nullable=True, status="new"),
+    F("vocabulary_size", "int", None, nullable=True),
+    F("communication_data_type", "str", None, nullable=True),
+    F("seq_parallel_communication_data_type", "str", "fp32", nullable=True, status="changed"),
+    F("seq_parallel_comm_data_type", "str", None, deprecated="seq_parallel_communication_data_type"),
+    F("prescale_gradients", "bool", False),
+    F("gradient_predivide_factor", "number", 1.0),
+    F("gradient_allreduce_op", "str", "mean", status="new"),
+    F("gradient_clipping", "number", 1.0, ge=0, status="changed"),
+    F("zero_allow_untested_optimizer", "bool", False),
+    F("zero_force_ds_cpu_optimizer", "bool", True),
+    F("allgather_size", "int", 500_000_000, unit=E),
+    F("sequence_parallel_size", "number", None, gt=0, status="new"),
+    F("data_parallel_size", "int", None, status="new"),
+    F("zero_optimization", "object"),
+    F("fp16", "object"),
+    F("bf16", "object"),
+    F("bfloat16", "object", deprecated="bf16"),
+    F("torch_autocast", "object", status="new"),
+    F("data_types", "object", status="changed"),
+    F("optimizer", "object"),
+    F("scheduler", "object"),
+    F("activation_checkpointing", "object"),
+    F("flops_profiler", "object"),
+    F("aio", "object"),
+    F("autotuning", "object"),
+    F("pipeline", "object"),
+    F("data_efficiency", "object"),
+    F("checkpoint", "object", status="changed"),
+    F("datastates_ckpt", "any", status="new"),
+    F("comms_logger", "object"),
+    F("timers", "object"),
+    F("tensorboard", "object"),
+    F("wandb", "object"),
+    F("csv_monitor", "object"),
+    F("comet", "object"),
+    F("hybrid_engine", "object"),
+    F("weight_quantization", "object"),
+    F("tensor_parallel", "object"),
+    F("compile", "object", status="new"),
+    F("expert_parallel", "object", status="new"),
+)
+
+SECTIONS: dict[str, Section] = {
+    s.pointer: s
+    for s in (
+        Section("", "tolerant", TOP_FIELDS, "runtime/config.py"),
+        Section("/zero_optimization", "strict", ZERO_FIELDS, "runtime/zero/config.py"),
+        Section(
+            "/zero_optimization/offload_param",
+            "strict",
+            OFFLOAD_PARAM_FIELDS,
+            "runtime/zero/offload_config.py",
+        ),
+        Section(
+            "/zero_optimization/offload_optimizer",
+            "strict",
+            OFFLOAD_OPTIMIZER_FIELDS,
+            "runtime/zero/offload_config.py",
+        ),
+        Section("/zero_optimization/zenflow", "strict", ZENFLOW_FIELDS, "runtime/zenflow/zenflow_config.py"),
+        Section(
+            "/zero_optimization/leaf_module",
+            "strict",
+            LEAF_MODULE_FIELDS,
+            "runtime/zero/leaf_module_config.py",
+        ),
+        Section("/fp16", "strict", FP16_FIELDS, "runtime/precision_config.py"),
+        Section("/bf16", "strict", BF16_FIELDS, "runtime/precision_config.py"),
+        Section("/bfloat16", "strict", BF16_FIELDS, "runtime/precision_config.py"),
+        Section(
+            "/comms_logger",
+            "strict",
+            (
+                F("enabled", "bool", False),
+                F("prof_all", "bool", True),
+                F("prof_ops", "list", None),
+                F("verbose", "bool", False),
+                F("debug", "bool", False),
+            ),
+            "comm/config.py",
+        ),
+        Section(
+            "/hybrid_engine",
+            "strict",
+            (
+                F("enabled", "bool", False),
+                F("max_out_tokens", "int", 512, gt=0),
+                F("inference_tp_size", "int", 1),
+                F("release_inference_cache", "bool", False),
+                F("pin_parameters", "bool", True),
+                F("tp_gather_partition_size", "int", 8),
+                F("enable_cuda_graph", "bool", False),
+            ),
+            "runtime/config.py",
+        ),
+        Section("/timers", "tolerant", (F("throughput", "object"),), "utils/config.py"),
+        Section(
+            "/timers/throughput",
+            "strict",
+            (F("enabled", "bool", True), F("synchronized", "bool", True)),
+            "utils/config.py",
+        ),
+        Section("/tensorboard", "strict", _MONITOR_COMMON, "monitor/config.py"),
+        Section("/csv_monitor", "strict", _MONITOR_COMMON, "monitor/config.py"),
+        Section(
+            "/wandb",
+            "strict",
+            (
+                F("enabled", "bool", False),
+                F("group", "str", None, nullable=True),
+                F("team", "str", None, nullable=True),
+                F("project", "str", "deepspeed"),
+            ),
+            "monitor/config.py",
+        ),
+        Section(
+            "/comet",
+            "strict",
+            (F("enabled", "bool", False), F("samples_log_interval", "int", 100))
+            + tuple(
+                F(n, "str", None, nullable=True)
+                for n in ("project", "workspace", "api_key", "experiment_name", "experiment_key", "mode")
+            )
+            + (F("online", "bool", None, nullable=True),),
+            "monitor/config.py",
+        ),
+        Section(
+            "/compile",
+            "strict",
+            (
+                F("deepcompile", "bool", False),
+                F("free_activation_threshold", "int", 10 * 1024 * 1024),
+                F("passes", "list", None, nullable=True),
+            )
+            + _names(
+                "bool",
+                "autoep_non_moe",
+                "free_activation",
+                "offload_activation",
+                "offload_activation_pin_memory",
+                "offload_opt_states",
+                "double_buffer",
+                "symmetric_memory",
+                "debug_log",
+                "offload_parameters",
+                "sync_before_reduce",
+                "sync_after_reduce",
+                "sync_before_allgather",
+                "sync_after_allgather",
+                "keep_int_input_tensors",
+                "keep_all_input_tensors",
+            ),
+            "compile/config.py",
+        ),
+        Section(
+            "/weight_quantization",
+            "strict",
+            _any("enabled", "num_bits", "q_type", "q_groups", "quantized_initialization", "post_init_quant"),
+            "inference/config.py",
+        ),
+        Section(
+            "/tensor_parallel",
+            "strict",
+            _any(
+                "dtype",
+                "autotp_size",
+                "tp_overlap_comm",
+                "vocab_parallel_lm_head",
+                "vocab_parallel_ce_backend",
+                "injection_policy_tuple",
+                "partition_config",
+                "preset_model",
+                "keep_module_on_host",
+            )
+            + (
+                F("tensor_parallel", "any", alias="tp"),
+                F("replace_with_kernel_inject", "any", alias="kernel_inject"),
+            ),
+            "runtime/tensor_parallel/config.py",
+        ),
+        Section(
+            "/optimizer",
+            "tolerant",
+            (F("type", "str"), F("params", "object"), F("legacy_fusion", "bool", False)),
+            "runtime/config.py",
+        ),
+        Section("/scheduler", "tolerant", (F("type", "str"), F("params", "object")), "runtime/config.py"),
+        Section(
+            "/activation_checkpointing",
+            "tolerant",
+            _names(
+                "bool",
+                "partition_activations",
+                "contiguous_memory_optimization",
+                "cpu_checkpointing",
+                "synchronize_checkpoint_boundary",
+                "profile",
+            )
+            + _any("number_checkpoints"),
+            "runtime/activation_checkpointing/config.py",
+        ),
+        Section(
+            "/flops_profiler",
+            "tolerant",
+            _any(
+                "enabled",
+                "recompute_fwd_factor",
+                "profile_step",
+                "module_depth",
+                "top_modules",
+                "detailed",
+                "output_file",
+            ),
+            "profiling/config.py",
+        ),
+        Section(
+            "/aio",
+            "tolerant",
+            _any(
+                "block_size",
+                "queue_depth",
+                "intra_op_parallelism",
+                "single_submit",
+                "overlap_events",
+                "use_gds",
+            )
+            + (F("thread_count", "any", deprecated="intra_op_parallelism"),),
+            "runtime/swap_tensor/constants.py",
+        ),
+        Section(
+            "/autotuning",
+            "tolerant",
+            _any(
+                "enabled",
+                "fast",
+                "results_dir",
+                "exps_dir",
+                "overwrite",
+                "start_profile_step",
+                "end_profile_step",
+                "metric_path",
+                "tuner_type",
+                "tuner_early_stopping",
+                "tuner_num_trials",
+                "arg_mappings",
+                "max_train_batch_size",
+                "min_train_batch_size",
+                "max_train_micro_batch_size_per_gpu",
+                "min_train_micro_batch_size_per_gpu",
+                "num_tuning_micro_batch_sizes",
+                "mp_size",
+                "metric",
+                "model_info",
+                "model_info_path",
+            ),
+            "autotuning/constants.py",
+        ),
+        Section(
+            "/checkpoint",
+            "tolerant",
+            _any(
+                "tag_validation",
+                "load_universal",
+                "use_node_local_storage",
+                "parallel_write",
+                "checkpoint_serialization",
+                "writer",
+            ),
+            "runtime/model_checkpointing/config.py",
+        ),
+        Section(
+            "/data_types",
+            "tolerant",
+            _any("grad_accum_dtype", "param_dtype", "buffer_dtype", "keep_in_fp32_modules"),
+            "runtime/config.py",
+        ),
+        Section(
+            "/pipeline",
+            "tolerant",
+            _any(
+                "stages",
+                "partition",
+                "seed_layers",
+                "activation_checkpoint_interval",
+                "pipe_partitioned",
+                "grad_partitioned",
+                "use_reentrant",
+            ),
+            "runtime/config.py",
+        ),
+        Section(
+            "/torch_autocast",
+            "tolerant",
+            _any("enabled", "dtype", "lower_precision_safe_modules"),
+            "runtime/config.py",
+        ),
+    )
+}
+
+# Presence alone raises DeepSpeedConfigError in 0.19.8 (checked before anything else; §1.4, §3.0.1).
+REMOVED_TOP: dict[str, str] = {
+    "nebula": "Nebula checkpointing was removed",
+    "compression_training": "the compression library was removed",
+    "amp": "NVIDIA Apex AMP integration was removed; use fp16, bf16 or torch_autocast",
+    "quantize_training": "Mixture-of-Quantization (MoQ) was removed",
+    "sparse_gradients": "sparse compression of dense embedding gradients was removed",
+    "eigenvalue": "eigenvalue-based MoQ was removed",
+    "sparse_attention": "DeepSpeed Sparse Attention was removed",
+    "elasticity": "elastic training was removed; set the batch sizes directly",
+    "graph_harvesting": "graph harvesting was removed",
+    "curriculum_learning": "top-level curriculum_learning was removed; use data_efficiency.data_sampling",
+    "progressive_layer_drop": "Progressive Layer Dropping was removed",
+}
+REMOVED_ZERO: dict[str, str] = {
+    "mics_shard_size": "MiCS ZeRO-3 sharding was removed",
+    "mics_hierarchical_params_gather": "MiCS ZeRO-3 sharding was removed",
+    "zeropp_loco_param": "LoCo-ZeRO++ was removed",
+}
+
+# DeepSpeed optimizer names (lower-cased when they match; runtime/config.py DEEPSPEED_OPTIMIZERS) and those
+# removed since 0.16 (onebit family). Any other name must be a torch.optim class name, case-sensitive.
+DEEPSPEED_OPTIMIZERS = ("adagrad", "adam", "adamw", "lamb", "muadam", "muadamw", "musgd", "lion", "muon")
+REMOVED_OPTIMIZERS = ("onebitadam", "zerooneadam", "onebitlamb")
+TORCH_OPTIMIZERS = (
+    "Adadelta",
+    "Adafactor",
+    "Adagrad",
+    "Adam",
+    "AdamW",
+    "Adamax",
+    "ASGD",
+    "LBFGS",
+    "Muon",
+    "NAdam",
+    "RAdam",
+    "RMSprop",
+    "Rprop",
+    "SGD",
+    "SparseAdam",
+)
+# Optimizers ZeRO accepts without zero_allow_untested_optimizer (runtime/zero/utils.py), by config type.
+ZERO_SUPPORTED_TYPES = ("adam", "adamw", "adagrad", "lion", "muon", "Adam", "AdamW", "Adagrad")
+# Types for which DeepSpeed builds a CPU optimizer under optimizer offload (DeepSpeedCPUAdam/Adagrad/Lion).
+CPU_OFFLOAD_TYPES = ("adam", "adamw", "adagrad", "lion")
+SCHEDULERS = ("LRRangeTest", "OneCycle", "WarmupLR", "WarmupDecayLR", "WarmupCosineLR")
+
+COMM_DTYPES = ("fp16", "bf16", "fp32")
+AUTOCAST_DTYPES = (
+    "fp16",
+    "float16",
+    "half",
+    "torch.float16",
+    "bf16",
+    "bfloat16",
+    "torch.bfloat16",
+    "fp32",
+    "float32",
+    "float",
+    "int8",
+)
+
+# Keys Hugging Face's HfTrainerDeepSpeedConfig fills when their value is "auto" (transformers
+# integrations/deepspeed.py; DEEPSPEED_FACTS §6). Value: the condition, "any" or "stage3".
+HF_AUTO_KEYS: dict[str, str] = {
+    "/train_micro_batch_size_per_gpu": "any",
+    "/gradient_accumulation_steps": "any",
+    "/train_batch_size": "any",
+    "/gradient_clipping": "any",
+    "/optimizer/params/lr": "any",
+    "/optimizer/params/betas": "any",
+    "/optimizer/params/eps": "any",
+    "/optimizer/params/weight_decay": "any",
+    "/scheduler/params/warmup_min_lr": "any",
+    "/scheduler/params/warmup_max_lr": "any",
+    "/scheduler/params/warmup_num_steps": "any",
+    "/scheduler/params/total_num_steps": "any",
+    "/fp16/enabled": "any",
+    "/bf16/enabled": "any",
+    "/zero_optimization/reduce_bucket_size": "any",
+    "/zero_optimization/stage3_prefetch_bucket_size": "stage3",
+    "/zero_optimization/stage3_param_persistence_threshold": "stage3",
+}
+
+
+def section(pointer: str) -> Section | None:
+    return SECTIONS.get(pointer)
+
+
+def zero_field(key: str) -> Field | None:
+    return SECTIONS["/zero_optimization"].field(key)
+
+
+def known_keys_anywhere() -> dict[str, list[str]]:
+    """key → section pointers that define it (for "this key belongs in another section")."""
+    out: dict[str, list[str]] = {}
+    for sec in SECTIONS.values():
+        for key in sec.keys:
+            out.setdefault(key, []).append(sec.pointer)
+    return out
+
+
+# ---- DeepSpeed's value coercion -------------------------------------------------------------------------------
+# Strict sections validate with pydantic in lax mode, so pydantic itself (a core dependency) answers "would
+# DeepSpeed accept this value?" exactly: bool accepts 1/"yes"/"on", int accepts 5e8 and "8" but not "5e8" or 2.5.
+
+
+@dataclass(frozen=True)
+class ValueProblem:
+    kind: Literal["type", "range"]
+    message: str
+
+
+_ADAPTERS: dict[str, Any] = {}
+
+
+def _adapter(kind: str) -> Any:
+    if kind not in _ADAPTERS:
+        from pathlib import Path
+
+        from pydantic import TypeAdapter
+
+        types: dict[str, Any] = {
+            "bool": bool,
+            "int": int,
+            "float": float,
+            "number": float,
+            "str": str,
+            "stage": Literal[0, 1, 2, 3],
+            "device": Literal["none", "cpu", "nvme"],
+            "path": Path,
+            "list": list[str],
+        }
+        _ADAPTERS[kind] = TypeAdapter(types[kind])
+    return _ADAPTERS[kind]
+
+
+_EXPECT = {
+    "bool": "a boolean",
+    "int": "an integer",
+    "float": "a number",
+    "number": "a number",
+    "str": "a string",
+    "stage": "one of 0, 1, 2, 3",
+    "device": 'one of "none", "cpu", "nvme"',
+    "path": "a path string",
+    "list": "a list of strings",
+    "object": "an object",
+}
+
+
+def coerce(f: Field, value: Any) -> tuple[Any, ValueProblem | None]:
+    """The value DeepSpeed's pydantic model would store for `value`, or the reason it rejects it."""
+    if value is None:
+        if f.nullable or f.kind in ("any", "object") and f.name == "leaf_module":
+            return None, None
+        return None, ValueProblem("type", f"null is not allowed, expected {_EXPECT.get(f.kind, f.kind)}")
+    if f.kind == "any":
+        return value, None
+    if f.kind == "object":
+        if isinstance(value, dict):
+            return value, None
+        return value, ValueProblem("type", f"expected an object, got {_json_type(value)}")
+    if f.kind == "list" and isinstance(value, str):
+        value = [value]  # leaf_module wraps a bare string
+    if f.kind == "stage" and isinstance(value, (str, float)) and not isinstance(value, bool):
+        try:  # pydantic's int enum accepts "3" and 2.0
+            as_float = float(value)
+            value = int(as_float) if as_float.is_integer() else value
+        except ValueError:
+            pass
+    if f.name in ("loss_scale", "loss_scale_window", "min_loss_scale") and isinstance(value, bool):
+        return value, ValueProblem("type", f"expected {_EXPECT[f.kind]}, got a boolean")
+    if f.kind in ("float", "number", "int") and isinstance(value, float) and value != value:
+        if f.name in ("loss_scale", "loss_scale_window", "min_loss_scale"):
+            return value, ValueProblem("range", "must be a finite number")
+    from pydantic import ValidationError
+
+    try:
+        out = _adapter(f.kind).validate_python(value)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        return value, ValueProblem("type", f"{first['msg'].rstrip('.')} (got {_short(value)})")
+    if f.name == "loss_scale" and out in (float("inf"), float("-inf")):
+        return out, ValueProblem("range", "must be a finite number")
+    if isinstance(out, (int, float)) and not isinstance(out, bool):
+        for bound, ok, text in (
+            (f.gt, lambda b: out > b, "> {b}"),
+            (f.ge, lambda b: out >= b, ">= {b}"),
+            (f.lt, lambda b: out < b, "< {b}"),
+            (f.le, lambda b: out <= b, "<= {b}"),
+        ):
+            if bound is not None and not ok(bound):
+                return out, ValueProblem(
+                    "range", f"must be {text.format(b=_num(bound))} (got {_short(value)})"
+                )
+    return out, None
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else str(x)
+
+
+def _short(value: Any) -> str:
+    import json
+
+    try:
+        text = json.dumps(value)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _json_type(value: Any) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    return "an object" if isinstance(value, dict) else "null"
+
+
+def is_auto(value: Any) -> bool:
+    """DeepSpeedConfigModel drops exactly the string "auto" (runtime/config_utils.py)."""
+    return isinstance(value, str) and value == "auto"

@@ -1,0 +1,188 @@
+"""ZT0xx: what json and hjson make of the file text (zerotune/dsconfig/load.py finds these)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from zerotune.lint.context import Context
+from zerotune.lint.diagnostic import Diagnostic, Severity
+from zerotune.lint.rule import Rule
+
+
+class _IssueRule(Rule):
+    kind: str
+
+    def check(self, ctx: Context) -> Iterator[Diagnostic]:
+        for issue in ctx.loaded.issues:
+            if issue.kind == self.kind:
+                yield self.emit(ctx, issue.pointer, offset=issue.offset, detail=issue.message.rstrip(","))
+
+
+class SyntaxError_(_IssueRule):
+    """File cannot be parsed as JSON or hjson.
+
+    ## What it does
+    Reports text that neither `json` nor `hjson` can load, with the line and column of the first problem.
+
+    ## Why is this bad?
+    DeepSpeed loads config files with `hjson.load`; if that fails, `deepspeed.initialize` raises before
+    training starts, and every other check here is blind.
+
+    ## Example
+    ```json
+    {"train_batch_size": 8 "fp16": {"enabled": true}}
+    ```
+
+    ## Use instead
+    ```json
+    {"train_batch_size": 8, "fp16": {"enabled": true}}
+    ```
+
+    ## References
+    - deepspeed/runtime/config.py `DeepSpeedConfig.__init__` (hjson.load)
+    """
+
+    code = "ZT001"
+    name = "syntax-error"
+    severity = Severity.ERROR
+    message = "cannot parse the config: {detail}"
+    kind = "syntax"
+
+
+class HjsonOnlySyntax(_IssueRule):
+    """File is valid hjson but not valid JSON.
+
+    ## What it does
+    Flags comments, trailing commas, unquoted keys or values that DeepSpeed's hjson loader accepts but
+    `json.load` rejects.
+
+    ## Why is this bad?
+    Hugging Face Trainer and accelerate read `--deepspeed ds.json` with `json.load`, so the same file that works
+    with the `deepspeed` launcher fails under HF with a JSONDecodeError.
+
+    ## Example
+    ```json
+    {"train_batch_size": 8, // global batch
+    }
+    ```
+
+    ## Use instead
+    ```json
+    {"train_batch_size": 8}
+    ```
+
+    ## References
+    - transformers integrations/deepspeed.py `HfDeepSpeedConfig` (json.load)
+    """
+
+    code = "ZT002"
+    name = "hjson-only-syntax"
+    severity = Severity.WARNING
+    message = (
+        "not strict JSON ({detail}): DeepSpeed's hjson loader accepts it, HF/accelerate will not load this"
+    )
+    kind = "hjson_only"
+
+
+class UnquotedPlaceholder(_IssueRule):
+    """An unquoted placeholder value such as `CONFIG_BATCH_SIZE`.
+
+    ## What it does
+    Finds quoteless values (template placeholders meant to be replaced by a script, or Python's `True`).
+
+    ## Why is this bad?
+    hjson reads a quoteless value up to the end of the line: `"train_batch_size": CONFIG_BATCH_SIZE,` becomes
+    the string `'CONFIG_BATCH_SIZE,'`, and DeepSpeed fails later with a confusing type error.
+
+    ## Example
+    ```json
+    {"train_batch_size": CONFIG_BATCH_SIZE, "fp16": {"enabled": True}}
+    ```
+
+    ## Use instead
+    ```json
+    {"train_batch_size": 256, "fp16": {"enabled": true}}
+    ```
+
+    ## References
+    - hjson syntax: https://hjson.github.io/syntax.html (quoteless strings)
+    """
+
+    code = "ZT003"
+    name = "unquoted-placeholder"
+    severity = Severity.ERROR
+    message = "unquoted value `{detail}`: a template placeholder? hjson reads it as a string"
+    kind = "placeholder"
+
+
+class DuplicateKey(_IssueRule):
+    """The same key appears twice in one object.
+
+    ## What it does
+    Reports every repeated key in an object.
+
+    ## Why is this bad?
+    DeepSpeed loads files with `object_pairs_hook=dict_raise_error_on_duplicate_keys` and refuses them;
+    `json.load` (HF) silently keeps the last value, so the two tools disagree.
+
+    ## Example
+    ```json
+    {"train_batch_size": 8, "train_batch_size": 16}
+    ```
+
+    ## Use instead
+    ```json
+    {"train_batch_size": 16}
+    ```
+
+    ## References
+    - deepspeed/runtime/config_utils.py `dict_raise_error_on_duplicate_keys`
+    """
+
+    code = "ZT004"
+    name = "duplicate-key"
+    severity = Severity.ERROR
+    message = "duplicate key `{detail}`: DeepSpeed refuses files with repeated keys"
+    kind = "duplicate"
+
+
+class RootNotObject(Rule):
+    """The config is not a JSON object.
+
+    ## What it does
+    Checks that the top level of the file is an object (`{...}`).
+
+    ## Why is this bad?
+    DeepSpeed indexes the config as a dict; a list, a number or a bare hjson string fails at start-up.
+
+    ## Example
+    ```json
+    [{"train_batch_size": 8}]
+    ```
+
+    ## Use instead
+    ```json
+    {"train_batch_size": 8}
+    ```
+
+    ## References
+    - deepspeed/runtime/config.py `DeepSpeedConfig`
+    """
+
+    code = "ZT005"
+    name = "root-not-object"
+    severity = Severity.ERROR
+    message = "the config must be a JSON object, got {kind}"
+
+    def check(self, ctx: Context) -> Iterator[Diagnostic]:
+        data = ctx.loaded.data
+        if ctx.loaded.parsed and not isinstance(data, dict):
+            kind = {list: "a list", str: "a string", bool: "a boolean"}.get(type(data), type(data).__name__)
+            if data is None:
+                kind = "null"
+            elif isinstance(data, (int, float)) and not isinstance(data, bool):
+                kind = "a number"
+            yield self.emit(ctx, "", kind=kind)
+
+
+RULES = (SyntaxError_, HjsonOnlySyntax, UnquotedPlaceholder, DuplicateKey, RootNotObject)

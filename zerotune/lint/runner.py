@@ -1,0 +1,51 @@
+"""Run the selected rules on a loaded config; apply safe fixes to the text."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from zerotune.dsconfig.load import LoadedConfig, load_text
+from zerotune.lint import registry
+from zerotune.lint.context import Context, LintOptions
+from zerotune.lint.diagnostic import Diagnostic
+from zerotune.lint.rule import Rule
+
+
+def lint(
+    loaded: LoadedConfig, options: LintOptions | None = None, rules: Iterable[type[Rule]] | None = None
+) -> list[Diagnostic]:
+    """All findings for one file, sorted by position. Rules only run on what they can read:
+    syntax rules always, the others only when the file parsed to an object."""
+    ctx = Context(loaded, options or LintOptions())
+    chosen = registry.all_rules() if rules is None else tuple(rules)
+    parsed = loaded.parsed and isinstance(loaded.data, dict)
+    found: list[Diagnostic] = []
+    for rule_cls in chosen:
+        if rule_cls.family() != "syntax" and not parsed:
+            continue
+        found.extend(rule_cls().check(ctx))
+    unique = list(dict.fromkeys(found))
+    return sorted(unique, key=lambda d: (d.line or 0, d.column or 0, d.code, d.pointer))
+
+
+def apply_fixes(loaded: LoadedConfig, diagnostics: Iterable[Diagnostic]) -> tuple[str, int]:
+    """The text with every non-overlapping safe fix applied (later edits first) and how many were applied.
+    A fix whose result no longer parses is dropped."""
+    text = loaded.text
+    applied = 0
+    taken: list[tuple[int, int]] = []
+    fixes = [d.fix for d in diagnostics if d.fix is not None]
+    fixes.sort(key=lambda f: -min(e.start for e in f.edits))
+    for fix in fixes:
+        spans = [(e.start, e.end) for e in fix.edits]
+        if any(s < te and ts < e or s == e == ts for s, e in spans for ts, te in taken):
+            continue
+        candidate = text
+        for edit in sorted(fix.edits, key=lambda e: -e.start):
+            candidate = candidate[: edit.start] + edit.content + candidate[edit.end :]
+        if not load_text(candidate).parsed:
+            continue
+        text = candidate
+        taken.extend(spans)
+        applied += 1
+    return text, applied
