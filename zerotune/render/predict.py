@@ -1,0 +1,134 @@
+"""Renderers for `zerotune predict` (and recommend): memory and step breakdowns, ASCII timeline.
+
+Pure functions: data in, a rich Table or plain text out. `timeline_text` is plain text so it
+can go into a terminal, a sidecar explanation file or a test assertion alike.
+"""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from zerotune.model.memory import MemoryEstimate
+from zerotune.model.step import StepEstimate
+from zerotune.units import fmt_bytes, fmt_seconds
+
+# one character per kind of work, on the row of the stream that runs it
+_GLYPH = {
+    "fwd": "F",
+    "bwd": "B",
+    "optimizer": "O",
+    "offload": "P",
+    "all_gather": "g",
+    "reduce_scatter": "r",
+    "all_reduce": "a",
+    "all_to_all": "t",
+    "broadcast": "b",
+}
+_LEGEND = "F fwd  B bwd(+recompute)  O optimizer  P offload copy | g all-gather  r reduce-scatter  a all-reduce  t all-to-all"
+
+
+def memory_breakdown_table(memory: MemoryEstimate, *, title: str | None = None) -> Table:
+    """Per-GPU bytes by kind, the total, and the fit against the profile's capacity."""
+    table = Table(title=title, title_justify="left")
+    table.add_column("per GPU", no_wrap=True)
+    table.add_column("bytes", justify="right")
+    table.add_column("share", justify="right")
+    b = memory.per_gpu
+    total = b.total or 1
+    for name, value in (
+        ("parameters", b.params),
+        ("gradients", b.gradients),
+        ("optimizer states", b.optimizer_states),
+        ("communication buffers", b.comm_buffers),
+        ("activations", b.activations),
+        ("framework overhead", b.overhead),
+    ):
+        table.add_row(name, fmt_bytes(value), f"{value / total:.0%}")
+    table.add_section()
+    table.add_row("total", fmt_bytes(b.total), "")
+    if memory.gpu_capacity_bytes:
+        verdict = "fits" if memory.fits else "does NOT fit"
+        table.add_row(f"capacity ({verdict})", fmt_bytes(memory.gpu_capacity_bytes), "")
+    else:
+        table.add_row("capacity", "n/a (no GPU in profile)", "")
+    if memory.cpu_bytes_per_node:
+        table.add_row("host RAM per node (offload)", fmt_bytes(memory.cpu_bytes_per_node), "")
+    if memory.nvme_bytes_per_node:
+        table.add_row("NVMe per node (offload)", fmt_bytes(memory.nvme_bytes_per_node), "")
+    return table
+
+
+def step_table(estimate: StepEstimate, *, title: str | None = None) -> Table:
+    """Where the step's time goes, and the throughput it gives."""
+    table = Table(title=title, title_justify="left")
+    table.add_column("step", no_wrap=True)
+    table.add_column("time", justify="right")
+    table.add_column("share", justify="right")
+    step = estimate.step_time_s or 1.0
+    for name, value in (
+        ("compute (fwd+bwd, with contention)", estimate.compute_s),
+        ("exposed communication", estimate.exposed_comm_s),
+        ("optimizer", estimate.optimizer_s),
+        ("exposed offload transfers", estimate.offload_s),
+    ):
+        table.add_row(name, fmt_seconds(value), f"{value / step:.0%}")
+    table.add_row("communication stream busy (total)", fmt_seconds(estimate.comm_s), "", style="dim")
+    table.add_section()
+    table.add_row("step time", fmt_seconds(estimate.step_time_s), "")
+    table.add_row("tokens/s (all ranks)", f"{estimate.tokens_per_s:,.0f}", "")
+    table.add_row("MFU", f"{estimate.mfu:.1%}" if estimate.mfu is not None else "n/a", "")
+    table.add_row("bottleneck", estimate.bottleneck, "")
+    return table
+
+
+def collectives_table(estimate: StepEstimate) -> Table:
+    table = Table(title="collectives per optimizer step", title_justify="left")
+    table.add_column("op", no_wrap=True)
+    table.add_column("phase")
+    table.add_column("size", justify="right")
+    table.add_column("calls", justify="right")
+    table.add_column("time/call", justify="right")
+    table.add_column("total", justify="right")
+    for call in estimate.collectives:
+        table.add_row(
+            call.op,
+            call.phase,
+            fmt_bytes(call.bytes),
+            str(call.count),
+            fmt_seconds(call.seconds),
+            fmt_seconds(call.total_s),
+        )
+    return table
+
+
+def timeline_text(estimate: StepEstimate, width: int = 100, *, max_listed: int = 12) -> str:
+    """An ASCII picture of the predicted timeline: one row per stream, `width` columns for the
+    span of the recorded events (the last micro-step and the optimizer), then the first
+    `max_listed` collectives with their start and end. Needs predict_step(..., detail=True)."""
+    events = estimate.events
+    if not events:
+        return "(no timeline: predict with detail=True)"
+    width = max(width, 20)
+    t0 = min(e.start_s for e in events)
+    t1 = max(e.end_s for e in events)
+    span = (t1 - t0) or 1.0
+    rows = {"compute": [" "] * width, "comm": [" "] * width, "host": [" "] * width}
+    for e in events:
+        row = rows["compute" if e.stream == "host" else e.stream]
+        a = int((e.start_s - t0) / span * width)
+        b = max(a + 1, int(round((e.end_s - t0) / span * width)))
+        glyph = _GLYPH.get(e.kind, "#")
+        for x in range(min(a, width - 1), min(b, width)):
+            row[x] = glyph
+    lines = [
+        f"timeline 0 .. {fmt_seconds(span)} ({fmt_seconds(span / width)} per column)",
+        "compute |" + "".join(rows["compute"]) + "|",
+        "comm    |" + "".join(rows["comm"]) + "|",
+        _LEGEND,
+    ]
+    comm = [e for e in events if e.stream == "comm"]
+    for e in comm[:max_listed]:
+        lines.append(f"  {fmt_seconds(e.start_s - t0):>10} - {fmt_seconds(e.end_s - t0):>10}  {e.label}")
+    if len(comm) > max_listed:
+        lines.append(f"  ... {len(comm) - max_listed} more collectives")
+    return "\n".join(lines)
