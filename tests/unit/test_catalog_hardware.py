@@ -9,6 +9,7 @@ from itertools import pairwise
 from pathlib import Path
 
 import pytest
+import yaml
 from pydantic import BaseModel
 
 from zerotune.catalog.hardware import (
@@ -22,7 +23,7 @@ from zerotune.catalog.hardware import (
     with_counts,
 )
 from zerotune.errors import InputError
-from zerotune.schema.hardware import HardwareProfile
+from zerotune.schema.hardware import CollectivePerf, HardwareProfile, LinkClass
 from zerotune.units import GiB, MiB
 
 BRIEFED = {
@@ -81,6 +82,25 @@ def test_profile_loads_and_round_trips(name: str, tmp_path: Path) -> None:
     again = load_profile(str(path))
     assert again == profile
     assert dump_profile(again) == text  # stable order
+
+
+TRICKY_FLOATS = [
+    0.0, -0.0, 1.0, 0.1 + 0.2, 1.189, 4e-5, 5e-324, 1e-9, 999999.9999999999, 1e6, 1048576.0,
+    123456789.123, 25757220864.0, 989.4e12, 1e15, 2.0**60, -3e20, 1.7976931348623157e308, math.inf, -math.inf,
+]  # fmt: skip
+
+
+def test_any_float_survives_a_dump() -> None:
+    """dump_profile shortens floats (9.894e+14); each reads back exactly."""
+    curve = list(zip(TRICKY_FLOATS, reversed(TRICKY_FLOATS), strict=True))
+    link = LinkClass(kind="loopback-gloo", collectives={"all_gather": CollectivePerf(curve=curve)})
+    profile = HardwareProfile(name="cpu-box", gpus_per_node=0, intra_node=link)
+    again = HardwareProfile.model_validate(yaml.safe_load(dump_profile(profile)))
+    assert again.intra_node.collectives["all_gather"].curve == curve
+    assert all(
+        math.copysign(1, a[0]) == math.copysign(1, b[0])
+        for a, b in zip(again.intra_node.collectives["all_gather"].curve, curve, strict=True)
+    )
 
 
 @pytest.mark.parametrize("name", PROFILES)

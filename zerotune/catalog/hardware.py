@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 import os
 from pathlib import Path
 
@@ -22,6 +23,9 @@ from zerotune.schema.hardware import SCHEMA_VERSION, HardwareProfile
 DEFAULT_PROFILE = "dgx-h100"
 
 _SUFFIXES = (".yaml", ".yml", ".json")
+# libyaml's C parser and emitter when PyYAML was built with them (about 10x faster), else pure Python.
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_BaseDumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 _PROBE_CACHE_FILE = "last-probe.yaml"
 
 
@@ -66,7 +70,7 @@ def _load_file(path: Path) -> HardwareProfile:
     except OSError as exc:
         raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
     try:
-        data = json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
+        data = json.loads(text) if path.suffix.lower() == ".json" else yaml.load(text, Loader=_Loader)
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
         detail = " ".join(str(exc).split())
         raise InputError(f"{path}: not valid {path.suffix.lstrip('.').upper()}: {detail}") from None
@@ -82,17 +86,41 @@ def _load_file(path: Path) -> HardwareProfile:
         return HardwareProfile.model_validate(data)
     except ValidationError as exc:
         lines = [f"{path}: {_loc(err['loc'])}: {err['msg']}" for err in exc.errors()]
-        raise InputError("\n".join(lines), hint="see profiles/hardware/*.yaml for valid profiles") from None
+        hint = (
+            f"fix the file (compare with {hardware_dir() / DEFAULT_PROFILE}.yaml) or re-run `zerotune probe`"
+        )
+        raise InputError("\n".join(lines), hint=hint) from None
 
 
 def _loc(loc: tuple[int | str, ...]) -> str:
     return ".".join(str(part) for part in loc) or "(top level)"
 
 
+class _Dumper(_BaseDumper):
+    """Writes floats in scientific form where that is shorter (9.894e+14, not 989400000000000.0)."""
+
+
+def _represent_float(dumper: _Dumper, value: float) -> yaml.ScalarNode:
+    if value == 0 or not math.isfinite(value) or 1e-3 <= abs(value) < 1e6:
+        return dumper.represent_float(value)
+    for digits in range(17):  # the shortest mantissa that reads back exactly
+        text = f"{value:.{digits}e}"
+        if float(text) == value:
+            break
+    if "." not in text:  # YAML 1.1 only resolves floats with a dot: 1e+15 -> 1.0e+15
+        text = text.replace("e", ".0e", 1)
+    if len(text) >= len(repr(value)):  # 1048576.0 reads better than 1.048576e+06
+        return dumper.represent_float(value)
+    return dumper.represent_scalar("tag:yaml.org,2002:float", text)
+
+
+_Dumper.add_representer(float, _represent_float)
+
+
 def dump_profile(profile: HardwareProfile) -> str:
     """YAML text in schema field order; load_profile of it gives back an equal profile."""
     data = profile.model_dump(mode="json")
-    return yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=110)
+    return yaml.dump(data, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=110)
 
 
 def probe_cache_path() -> Path:
