@@ -1,12 +1,180 @@
-"""`zerotune probe` (placeholder until its issue lands)."""
+"""`zerotune probe`: measure this machine into a hardware profile (NVML facts, collective sweeps in
+nccl-tests' units, compute, host) that memory/predict/recommend accept as --profile."""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
 
 from zerotune.errors import InputError
 
 NAME = "probe"
-HELP = "Not implemented yet."
+HELP = "Measure this machine (GPUs, links, collectives, compute) into a hardware profile."
 
 
-def command() -> None:
-    raise InputError("'zerotune probe' is not implemented yet")
+def command(
+    nproc: Annotated[
+        int | None, typer.Option(help="Ranks to run: default one per GPU, or 2 gloo ranks on a CPU host.")
+    ] = None,
+    quick: Annotated[bool, typer.Option("--quick", help="A short sweep (about 10 s on a CPU host).")] = False,
+    model: Annotated[
+        str | None,
+        typer.Option(help="Time a transformer block at this model's shapes (catalog name or file)."),
+    ] = None,
+    nvme_path: Annotated[
+        str | None, typer.Option(help="Also measure sequential write/read bandwidth in this folder.")
+    ] = None,
+    out: Annotated[str | None, typer.Option(help="Write the profile as YAML to this file.")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite --out if it exists.")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON only, on stdout.")] = False,
+    min_busbw: Annotated[
+        float | None,
+        typer.Option(help="Exit 1 when the average large-message busbw (GB/s) is below this."),
+    ] = None,
+    timeout: Annotated[
+        float, typer.Option(help="Seconds for the whole probe; ranks are stopped after.")
+    ] = 300.0,
+    distributed: Annotated[
+        bool,
+        typer.Option(
+            "--distributed", help="Run as one rank under torchrun (every rank runs this); rank 0 reports."
+        ),
+    ] = False,
+    fault: Annotated[str | None, typer.Option(hidden=True, help="Test only: JSON fault injection.")] = None,
+) -> None:
+    from zerotune.catalog.hardware import dump_profile, probe_cache_path
+    from zerotune.files import write_atomic
+    from zerotune.probe.runner import ProbeOptions, run_probe
+    from zerotune.render import console
+
+    if timeout <= 0:
+        raise InputError(f"--timeout must be positive, got {timeout:g}")
+    if nproc is not None and nproc < 1:
+        raise InputError(f"--nproc must be at least 1, got {nproc}")
+    if out and Path(out).exists() and not force:
+        raise InputError(f"{out} already exists", hint="pass --force to overwrite it")
+    options = ProbeOptions(
+        nproc=nproc,
+        quick=quick,
+        model=model,
+        nvme_path=nvme_path,
+        timeout_s=timeout,
+        fault=json.loads(fault) if fault else None,
+    )
+    err = console.err()
+    if distributed:
+        from zerotune.probe.distributed import run_distributed
+
+        outcome = run_distributed(options, notice=lambda m: err.print(f"[yellow]note:[/] {m}"))
+        if outcome is None:  # not rank 0: rank 0 reports for everyone
+            return
+    else:
+        outcome = _run_with_progress(options, run_probe, err)
+    text = dump_profile(outcome.profile)
+    write_atomic(probe_cache_path(), text, force=True)
+    if out:
+        write_atomic(out, text, force=force)
+    if json_out:
+        console.print_json(json.dumps(_json(outcome), indent=1))
+    else:
+        _render(outcome, console.out())
+        if out:
+            err.print(f"profile written to {out}")
+    _check(outcome, min_busbw, err)
+
+
+def _run_with_progress(options: Any, run_probe: Any, err: Any) -> Any:
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from zerotune.probe.runner import STEPS
+
+    with Progress(
+        TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=err, transient=True
+    ) as progress:
+        bar = progress.add_task("probe: start-up", total=len(STEPS) - 1)
+
+        def on_step(rank: int, step: str) -> None:
+            if rank == 0 and step in STEPS:
+                progress.update(bar, completed=STEPS.index(step), description=f"probe: {step}")
+
+        return run_probe(
+            options, notice=lambda m: progress.console.print(f"[yellow]note:[/] {m}"), on_step=on_step
+        )
+
+
+def _json(outcome: Any) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    links = {"intra_node": outcome.intra}
+    if outcome.inter is not None:
+        links["inter_node"] = outcome.inter
+    return {
+        "schema_version": 1,
+        "profile": outcome.profile.model_dump(mode="json"),
+        "sweeps": {
+            where: {
+                "ranks": s.ranks,
+                "backend": s.backend,
+                "avg_busbw_GBps": s.avg_busbw_GBps,
+                "wrong": s.wrong,
+                "rows": {op: [asdict(r) for r in rows] for op, rows in s.rows.items()},
+            }
+            for where, s in links.items()
+        },
+        "notes": outcome.notes,
+    }
+
+
+def _render(outcome: Any, out: Any) -> None:
+    from zerotune import __version__
+    from zerotune.render import probe as view
+
+    profile = outcome.profile
+    intra = outcome.intra
+    first = intra.rows[next(iter(intra.rows))]
+    out.print(
+        f"# zerotune probe {__version__}: {intra.ranks} {intra.backend} ranks, {first[0].dtype}, "
+        f"sizes {first[0].size_bytes}..{first[-1].size_bytes} B"
+    )
+    if profile.devices:
+        out.print(view.gpu_table(profile.devices))
+    if profile.topology is not None:
+        out.print(view.topology_table(profile.topology, profile.devices))
+    out.print(view.host_table(profile))
+    for title, sweep, link in (
+        ("intra-node", intra, profile.intra_node),
+        ("inter-node", outcome.inter, profile.inter_node),
+    ):
+        if sweep is None or link is None:
+            continue
+        out.print(f"\n[bold]{title}[/]: {link.kind}, {sweep.ranks} {sweep.backend} ranks")
+        for op, rows in sweep.rows.items():
+            out.print(view.sweep_table(op, rows, link.collectives.get(op)))
+            out.print(view.bandwidth_chart(op, rows), markup=False)
+        wrong = "OK" if sweep.wrong == 0 else "FAILED"
+        out.print(f"# Out of bounds values : {sweep.wrong} {wrong}")
+        out.print(f"# Avg bus bandwidth (large messages) : {sweep.avg_busbw_GBps:.3f} GB/s")
+    for note in outcome.notes:
+        out.print(f"note: {note}", markup=False)
+
+
+def _check(outcome: Any, min_busbw: float | None, err: Any) -> None:
+    """Exit 1 (after the outputs are written) on wrong results or too little bandwidth."""
+    sweeps = [s for s in (outcome.intra, outcome.inter) if s is not None]
+    failed = False
+    for sweep in sweeps:
+        if sweep.wrong:
+            err.print(f"error: {sweep.wrong} wrong elements in the {sweep.backend} collective results")
+            failed = True
+    if min_busbw is not None:
+        measured = min(s.avg_busbw_GBps for s in sweeps)
+        if measured < min_busbw:
+            err.print(
+                f"error: average large-message busbw {measured:.3f} GB/s is below --min-busbw {min_busbw:g}"
+            )
+            failed = True
+    if failed:
+        raise typer.Exit(1)

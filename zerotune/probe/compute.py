@@ -1,0 +1,202 @@
+"""Compute microbenchmarks run inside a probe rank: a transformer block's fwd+bwd, host<->device
+copies, CPU Adam, and a matmul loop for the compute/communication overlap test.
+
+The FLOP count and the shape choice are pure; the measurements take the `torch` module as their
+first argument (the worker imports it), so importing this module never imports torch.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from zerotune.units import MiB
+
+
+@dataclass(frozen=True)
+class BlockShape:
+    """One transformer block at a model's shapes, run on `batch` x `seq` tokens."""
+
+    hidden: int
+    heads: int
+    kv_heads: int
+    ffn: int
+    gated: bool
+    batch: int
+    seq: int
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+    def describe(self) -> str:
+        mlp = "gated" if self.gated else "plain"
+        return (
+            f"block h={self.hidden} heads={self.heads}/{self.kv_heads} ffn={self.ffn} ({mlp}) "
+            f"batch={self.batch} seq={self.seq}"
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# Llama-2-7B's block (hidden 4096, 32 heads, SwiGLU 11008; arXiv:2307.09288) at 2k tokens on a GPU,
+# and a small block on a CPU so that the fp32 measurement takes a second or two.
+GPU_DEFAULT = BlockShape(hidden=4096, heads=32, kv_heads=32, ffn=11008, gated=True, batch=1, seq=2048)
+CPU_DEFAULT = BlockShape(hidden=512, heads=8, kv_heads=8, ffn=1376, gated=True, batch=1, seq=256)
+CPU_MAX_HIDDEN = 1024
+
+
+def shape_for(model: Any | None, on_gpu: bool) -> BlockShape:
+    """The block to time: the model's own on a GPU; on a CPU the model's proportions scaled down
+    to at most CPU_MAX_HIDDEN so fp32 stays within seconds. `model` is a ModelSpec or None."""
+    if model is None:
+        return GPU_DEFAULT if on_gpu else CPU_DEFAULT
+    heads, kv_heads, hidden, ffn = model.num_heads, model.num_kv_heads, model.hidden_size, model.ffn_size
+    if on_gpu:
+        seq = min(model.max_seq_len or 2048, 4096)
+        return BlockShape(hidden, heads, kv_heads, ffn, model.gated_mlp, batch=1, seq=seq)
+    scale = max(1, -(-hidden // CPU_MAX_HIDDEN))
+    heads_small = max(1, heads // scale)
+    kv_small = max(1, min(heads_small, kv_heads // scale or 1))
+    head_dim = hidden // heads
+    hidden_small = heads_small * head_dim
+    while hidden_small > CPU_MAX_HIDDEN and heads_small > 1:
+        heads_small //= 2
+        kv_small = max(1, min(kv_small, heads_small))
+        hidden_small = heads_small * head_dim
+    while heads_small % kv_small:
+        kv_small -= 1
+    ffn_small = max(1, ffn * hidden_small // hidden)
+    return BlockShape(hidden_small, heads_small, kv_small, ffn_small, model.gated_mlp, batch=1, seq=256)
+
+
+def block_flops(shape: BlockShape) -> float:
+    """Matmul FLOPs of one block's forward + backward pass.
+
+    Forward, for T = batch*seq tokens: QKV 2*T*h*(h + 2*kv_dim), output projection 2*T*h^2, MLP
+    2*T*h*f per matrix (3 matrices gated, 2 plain), attention scores and values 2 * 2*b*s^2*h
+    (full, not causal-halved, as the usual MFU accounting does). Backward costs twice the forward
+    (a gradient for the input and one for the weights). With kv_dim = h and a plain 4h MLP this is
+    Megatron-LM's 72*b*s*h^2*(1 + s/(6h)) per layer (Narayanan et al. 2021, arXiv:2104.04473 §5.1).
+    """
+    tokens = shape.batch * shape.seq
+    h, kv_dim = shape.hidden, shape.kv_heads * shape.head_dim
+    mlp_mats = 3 if shape.gated else 2
+    forward = 2 * tokens * (h * (h + 2 * kv_dim) + h * h + mlp_mats * h * shape.ffn)
+    forward += 4 * shape.batch * shape.seq**2 * h
+    return 3.0 * forward
+
+
+def _sync(torch: Any, device: Any) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _timed(
+    torch: Any, device: Any, fn: Any, warmup: int, budget_s: float, max_iters: int = 50
+) -> list[float]:
+    """Seconds per call: `warmup` untimed calls, then calls until `budget_s` or `max_iters` (>= 3)."""
+    for _ in range(warmup):
+        fn()
+    _sync(torch, device)
+    times: list[float] = []
+    deadline = time.perf_counter() + budget_s
+    while len(times) < 3 or (len(times) < max_iters and time.perf_counter() < deadline):
+        start = time.perf_counter()
+        fn()
+        _sync(torch, device)
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def measure_block(torch: Any, shape: BlockShape, dtype: Any, device: Any, budget_s: float) -> dict[str, Any]:
+    """Achieved FLOP/s of one block's fwd+bwd (median iteration)."""
+    f = torch.nn.functional
+    h, kv_dim, hd = shape.hidden, shape.kv_heads * shape.head_dim, shape.head_dim
+    gen = torch.Generator(device="cpu").manual_seed(0)
+
+    def weight(*dims: int) -> Any:
+        w = torch.randn(*dims, generator=gen) * dims[0] ** -0.5
+        return w.to(device=device, dtype=dtype).requires_grad_(True)
+
+    w_qkv, w_o = weight(h, h + 2 * kv_dim), weight(h, h)
+    w_up = weight(h, shape.ffn * (2 if shape.gated else 1))
+    w_down = weight(shape.ffn, h)
+    x = torch.randn(shape.batch, shape.seq, h, generator=gen).to(device=device, dtype=dtype)
+    x.requires_grad_(True)
+
+    def step() -> None:
+        b, s = shape.batch, shape.seq
+        a = f.layer_norm(x, (h,))
+        q, k, v = (a @ w_qkv).split([h, kv_dim, kv_dim], dim=-1)
+        q = q.view(b, s, shape.heads, hd).transpose(1, 2)
+        k = k.view(b, s, shape.kv_heads, hd).transpose(1, 2)
+        v = v.view(b, s, shape.kv_heads, hd).transpose(1, 2)
+        if shape.kv_heads != shape.heads:
+            k = k.repeat_interleave(shape.heads // shape.kv_heads, dim=1)
+            v = v.repeat_interleave(shape.heads // shape.kv_heads, dim=1)
+        o = f.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, s, h)
+        y = x + o @ w_o
+        m = f.layer_norm(y, (h,)) @ w_up
+        if shape.gated:
+            gate, up = m.chunk(2, dim=-1)
+            m = f.silu(gate) * up
+        else:
+            m = f.gelu(m)
+        out = y + m @ w_down
+        out.float().sum().backward()
+        for t in (x, w_qkv, w_o, w_up, w_down):
+            t.grad = None
+
+    times = _timed(torch, device, step, warmup=1, budget_s=budget_s, max_iters=20)
+    median = statistics.median(times)
+    return {"flops": block_flops(shape) / median, "seconds": median, "iters": len(times)}
+
+
+def measure_copies(
+    torch: Any, device: Any, size_bytes: int = 256 * MiB, budget_s: float = 2.0
+) -> dict[str, float]:
+    """Host<->device copy bandwidth (B/s): pinned h2d and d2h, pageable h2d."""
+    numel = size_bytes // 4
+    gpu = torch.empty(numel, dtype=torch.float32, device=device)
+    pinned = torch.empty(numel, dtype=torch.float32, pin_memory=True)
+    pageable = torch.empty(numel, dtype=torch.float32)
+    result = {}
+    for key, fn in (
+        ("h2d_pinned_Bps", lambda: gpu.copy_(pinned, non_blocking=True)),
+        ("d2h_pinned_Bps", lambda: pinned.copy_(gpu, non_blocking=True)),
+        ("h2d_pageable_Bps", lambda: gpu.copy_(pageable)),
+    ):
+        times = _timed(torch, device, fn, warmup=1, budget_s=budget_s / 3, max_iters=10)
+        result[key] = size_bytes / statistics.median(times)
+    return result
+
+
+def measure_cpu_adam(torch: Any, params: int = 8_000_000, budget_s: float = 2.0) -> dict[str, Any]:
+    """Parameters updated per second by torch.optim.AdamW(foreach=True) on fp32 CPU tensors: the
+    optimizer step ZeRO-Offload runs on the host. DeepSpeedCPUAdam (SIMD C++, arXiv:2101.06840 §4.1)
+    is several times faster, so this is a floor for DeepSpeed's offload path."""
+    chunk = 1_000_000
+    tensors = [torch.zeros(min(chunk, params - i), requires_grad=True) for i in range(0, params, chunk)]
+    for t in tensors:
+        t.grad = torch.full_like(t, 1e-3)
+    opt = torch.optim.AdamW(tensors, lr=1e-4, foreach=True)
+    times = _timed(torch, torch.device("cpu"), opt.step, warmup=1, budget_s=budget_s, max_iters=10)
+    return {"params_per_s": params / statistics.median(times), "params": params}
+
+
+def matmul_loop(torch: Any, device: Any, dtype: Any, dim: int, iters: int) -> float:
+    """Seconds for `iters` dim x dim matmuls, waiting only for this stream (not a NCCL stream)."""
+    a = torch.randn(dim, dim, device=device).to(dtype)
+    b = torch.randn(dim, dim, device=device).to(dtype)
+    a @ b  # warm the kernels
+    _sync(torch, device)
+    start = time.perf_counter()
+    for _ in range(iters):
+        a @ b
+    if device.type == "cuda":
+        torch.cuda.current_stream(device).synchronize()
+    return time.perf_counter() - start

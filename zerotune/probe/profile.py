@@ -1,0 +1,167 @@
+"""Turn what the probe read and measured into a HardwareProfile (origin "probe"). Pure: no torch,
+no NVML; the inputs are the NVML report, the host facts, the optional disk result and the ranks'
+JSON results, so tests build profiles from recorded results.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from zerotune import __version__
+from zerotune.collectives import Collective
+from zerotune.hw.disk import DiskResult
+from zerotune.hw.host import HostFacts
+from zerotune.hw.nvml import GpuReport
+from zerotune.probe.metrics import SWEPT, SweepRow, average_large_busbw, collective_perf, make_row
+from zerotune.schema.hardware import ComputeSpec, GpuSpec, HardwareProfile, HostSpec, LinkClass
+
+
+def source_text(date: str) -> str:
+    return f"measured by zerotune probe {__version__} on {date}"
+
+
+@dataclass(frozen=True)
+class LinkSweep:
+    """One link class's sweep, merged over its ranks."""
+
+    ranks: int
+    backend: str
+    rows: dict[Collective, list[SweepRow]]
+    reduce_scatter_impl: str
+
+    @property
+    def wrong(self) -> int:
+        return sum(r.wrong for rows in self.rows.values() for r in rows)
+
+    @property
+    def avg_busbw_GBps(self) -> float:
+        return average_large_busbw(self.rows)
+
+
+def merge_sweep(results: Sequence[dict[str, Any]], dtype: str) -> LinkSweep:
+    """Rows per collective from every rank's `sweep` result: per-iteration slowest rank, summed
+    #wrong (a wrong element on any rank is wrong)."""
+    n = len(results)
+    rows: dict[Collective, list[SweepRow]] = {}
+    for op in SWEPT:
+        per_rank = [r["sweep"][op] for r in results]
+        rows[op] = [
+            make_row(
+                op,
+                per_rank[0][i]["count"],
+                dtype,
+                n,
+                [ranks[i]["times"] for ranks in per_rank],
+                sum(ranks[i]["wrong"] for ranks in per_rank),
+            )
+            for i in range(len(per_rank[0]))
+        ]
+    return LinkSweep(n, results[0]["backend"], rows, results[0].get("reduce_scatter_impl", "reduce_scatter"))
+
+
+@dataclass
+class ProbeOutcome:
+    profile: HardwareProfile
+    intra: LinkSweep
+    inter: LinkSweep | None = None
+    gpus: GpuReport | None = None
+    disk: DiskResult | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def build_profile(
+    *,
+    name: str,
+    date: str,
+    dtype: str,
+    host: HostFacts,
+    intra: LinkSweep,
+    compute: dict[str, Any] | None,
+    overlap: dict[str, Any] | None,
+    gpus: GpuReport | None = None,
+    disk: DiskResult | None = None,
+    inter: LinkSweep | None = None,
+    nodes: int = 1,
+    notes: Sequence[str] = (),
+) -> HardwareProfile:
+    source = source_text(date)
+    first = gpus.devices[0] if gpus else None
+    gpu = None
+    if first is not None:
+        cc = first.compute_capability
+        gpu = GpuSpec(
+            name=first.name,
+            memory_bytes=first.memory_total_bytes,
+            compute_capability=cc,
+            bf16_supported=None if cc is None else float(cc) >= 8.0,
+            source=f"NVML, driver {gpus.driver_version}" if gpus else None,
+        )
+    copies = (compute or {}).get("copies", {})
+    adam = (compute or {}).get("adam")
+    host_spec = HostSpec(
+        cpu_model=host.cpu_model,
+        cpu_cores=host.cpu_cores,
+        ram_bytes=host.ram_bytes,
+        ram_available_bytes=host.ram_available_bytes,
+        shm_bytes=host.shm_bytes,
+        pcie_gen=first.pcie_gen_max if first else None,
+        pcie_width=first.pcie_width_max if first else None,
+        h2d_pinned_Bps=copies.get("h2d_pinned_Bps"),
+        d2h_pinned_Bps=copies.get("d2h_pinned_Bps"),
+        h2d_pageable_Bps=copies.get("h2d_pageable_Bps"),
+        nvme_read_Bps=disk.read_Bps if disk else None,
+        nvme_write_Bps=disk.write_Bps if disk else None,
+        cpu_adam_params_per_s=adam["params_per_s"] if adam else None,
+        source=source,
+    )
+    block = (compute or {}).get("block")
+    compute_spec = ComputeSpec(
+        achieved_flops={block["dtype"]: block["flops"]} if block else {},
+        overlap_slowdown=max(1.0, overlap["slowdown"]) if overlap else None,
+        measured_shape=(compute or {}).get("shape"),
+        source=source,
+    )
+    return HardwareProfile(
+        name=name,
+        description=(
+            f"{intra.ranks} x {first.name} ({intra.backend})"
+            if first
+            else f"CPU host, {intra.ranks} gloo ranks"
+        ),
+        origin="probe",
+        created=date,
+        nodes=nodes,
+        gpus_per_node=len(gpus.devices) if gpus else 0,
+        gpu=gpu,
+        host=host_spec,
+        intra_node=_link(intra, gpus, source),
+        inter_node=_link(inter, None, source) if inter else None,
+        compute=compute_spec,
+        devices=list(gpus.devices) if gpus else [],
+        topology=gpus.topology if gpus else None,
+        driver_version=gpus.driver_version if gpus else None,
+        cuda_driver_version=gpus.cuda_driver_version if gpus else None,
+        notes=list(notes),
+    )
+
+
+def _link(sweep: LinkSweep, gpus: GpuReport | None, source: str) -> LinkClass:
+    if sweep.backend == "gloo":
+        kind = "loopback-gloo" if gpus is None else "tcp-gloo"
+    else:
+        kind = gpus.link_kind if gpus else "network"
+    where = f"{source}; {sweep.ranks} {sweep.backend} ranks"
+    perf = {op: collective_perf(op, sweep.ranks, rows, where) for op, rows in sweep.rows.items() if rows}
+    if sweep.reduce_scatter_impl != "reduce_scatter_single" and "reduce_scatter" in perf:
+        perf["reduce_scatter"].source = f"{where}; reduce_scatter emulated: {sweep.reduce_scatter_impl}"
+    return LinkClass(
+        kind=kind,
+        backend="nccl" if sweep.backend == "nccl" else "gloo",
+        ranks=sweep.ranks,
+        nominal_Bps=gpus.nominal_Bps if gpus else None,
+        p2p=gpus.p2p if gpus else None,
+        collectives=perf,
+        source=where,
+    )
