@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from rich import box
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
@@ -20,13 +21,13 @@ PARTS: tuple[tuple[str, str, str], ...] = (
     ("gradients", "Grads", "green"),
     ("optimizer_states", "Optim", "magenta"),
     ("comm_buffers", "Buffers", "yellow"),
-    ("activations", "Activ.", "blue"),
-    ("overhead", "Overhead", "red"),
+    ("activations", "Activ", "blue"),
+    ("overhead", "Other", "red"),
 )
 
 
 def gib(n: int | None) -> str:
-    return "n/a" if n is None else f"{n / GiB:.2f}"
+    return "n/a" if n is None else f"{n / GiB:.1f}"
 
 
 def option_label(row: OffloadRow) -> str:
@@ -46,16 +47,22 @@ def _fits(value: bool | None) -> Text:
 
 
 def memory_table(rows: Sequence[OffloadRow], *, title: str | None = None) -> Table:
-    """One line per option: the per-GPU breakdown (GiB), host RAM and NVMe per node, fit."""
-    table = Table(title=title, title_justify="left", header_style="bold")
+    """One line per option: the per-GPU breakdown, host RAM and NVMe per node (GiB), fit."""
+    table = Table(
+        title=title,
+        title_justify="left",
+        header_style="bold",
+        box=box.SIMPLE_HEAD,
+        caption="GiB per GPU; Host (RAM) and NVMe per node. Other = CUDA context + allocator fragmentation.",
+        caption_justify="left",
+    )
     table.add_column("Option", no_wrap=True)
     for _, label, colour in PARTS:
-        table.add_column(f"{label}\nGiB", justify="right", style=colour)
-    table.add_column("Total/GPU\nGiB", justify="right", style="bold")
-    table.add_column("Host RAM/node\nGiB", justify="right")
-    table.add_column("NVMe/node\nGiB", justify="right")
-    table.add_column("Headroom\nGiB", justify="right")
-    table.add_column("Fits", justify="center")
+        table.add_column(label, justify="right", style=colour, no_wrap=True)
+    table.add_column("Total", justify="right", style="bold", no_wrap=True)
+    table.add_column("Host", justify="right", no_wrap=True)
+    table.add_column("NVMe", justify="right", no_wrap=True)
+    table.add_column("Fits", justify="center", no_wrap=True)
     for row in rows:
         est = row.estimate
         b = est.per_gpu
@@ -65,7 +72,6 @@ def memory_table(rows: Sequence[OffloadRow], *, title: str | None = None) -> Tab
             gib(b.total),
             gib(est.cpu_bytes_per_node),
             gib(est.nvme_bytes_per_node),
-            gib(est.headroom_bytes),
             _fits(est.fits),
         )
     return table
