@@ -261,7 +261,11 @@ def test_schema_version_mismatch_is_explained(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("text", "expected"),
-    [("gpu: [unclosed", "not valid YAML"), ("- a\n- b\n", "must be a mapping, got list")],
+    [
+        ("gpu: [unclosed", "not valid YAML"),
+        ("- a\n- b\n", "must be a mapping, got list"),
+        ("# nothing\n", "the file is empty"),
+    ],
 )
 def test_unparsable_or_non_mapping_files(tmp_path: Path, text: str, expected: str) -> None:
     path = tmp_path / "broken.yaml"

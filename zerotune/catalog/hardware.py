@@ -74,6 +74,8 @@ def _load_file(path: Path) -> HardwareProfile:
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
         detail = " ".join(str(exc).split())
         raise InputError(f"{path}: not valid {path.suffix.lstrip('.').upper()}: {detail}") from None
+    if data is None:
+        raise InputError(f"{path}: the file is empty", hint="write a profile with `zerotune probe`")
     if not isinstance(data, dict):
         raise InputError(f"{path}: a hardware profile must be a mapping, got {type(data).__name__}")
     version = data.get("schema_version", SCHEMA_VERSION)
