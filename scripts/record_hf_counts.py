@@ -24,8 +24,8 @@ GOLDEN = REPO / "tests" / "golden" / "hf_param_counts.json"
 FIXTURES = REPO / "tests" / "fixtures" / "hf_configs"
 
 
-def hf_param_count(config: dict[str, Any], hf_class: str) -> int:
-    """transformers' parameter count for a config.json dict, built on the meta device."""
+def hf_param_numels(config: dict[str, Any], hf_class: str) -> list[int]:
+    """numel of each parameter tensor transformers builds for a config.json dict (meta device)."""
     import torch
     import transformers
 
@@ -33,7 +33,11 @@ def hf_param_count(config: dict[str, Any], hf_class: str) -> int:
     cfg = transformers.AutoConfig.for_model(config["model_type"], **fields)
     with torch.device("meta"):
         model = getattr(transformers, hf_class)(cfg)
-    return sum(p.numel() for p in model.parameters())
+    return [p.numel() for p in model.parameters()]
+
+
+def hf_param_count(config: dict[str, Any], hf_class: str) -> int:
+    return sum(hf_param_numels(config, hf_class))
 
 
 def catalog_configs() -> dict[str, tuple[dict[str, Any], str]]:

@@ -261,7 +261,8 @@ def to_hf_config(arch: Architecture) -> dict[str, Any]:
             "n_positions": arch.max_positions,
         }
     if arch.family == "bloom":
-        return common | {"hidden_size": arch.hidden, "n_layer": arch.layers, "n_head": arch.heads}
+        cfg = common | {"hidden_size": arch.hidden, "n_layer": arch.layers, "n_head": arch.heads}
+        return cfg | ({"seq_length": arch.max_positions} if arch.max_positions else {})
     return common | {
         "d_model": arch.hidden,
         "num_layers": arch.layers,

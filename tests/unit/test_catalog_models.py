@@ -1,0 +1,405 @@
+"""The model catalog: computed counts equal Hugging Face's, per-layer facts, parsing, errors, proxies.
+
+Counts are checked against tests/golden/hf_param_counts.json (recorded from transformers on the meta
+device by scripts/record_hf_counts.py) and, when transformers is installed, against transformers live.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from zerotune.catalog.architectures import build_model
+from zerotune.catalog.hf_config import parse_hf_config, to_hf_config
+from zerotune.catalog.models import (
+    adhoc_model,
+    catalog_dir,
+    derive,
+    list_models,
+    load_architecture,
+    load_model,
+    model_from_hf_config,
+)
+from zerotune.errors import InputError
+
+REPO = Path(__file__).resolve().parents[2]
+GOLDEN = json.loads((REPO / "tests" / "golden" / "hf_param_counts.json").read_text())
+FIXTURES = REPO / "tests" / "fixtures" / "hf_configs"
+
+REQUIRED = {
+    "llama-7b", "llama-13b", "llama-70b", "llama3-8b", "llama3-70b", "llama3.1-405b", "mistral-7b",
+    "mixtral-8x7b", "qwen2.5-7b", "qwen2.5-72b", "gemma-7b", "phi-3-mini", "falcon-40b", "gpt2",
+    "gpt2-xl", "bloom-176b", "t5-3b",
+}  # fmt: skip
+
+
+def test_catalog_holds_the_required_models_and_each_is_recorded() -> None:
+    names = set(list_models())
+    assert REQUIRED <= names
+    assert names == set(GOLDEN["catalog"]), "re-run scripts/record_hf_counts.py after adding a profile"
+    assert catalog_dir() == REPO / "profiles" / "models"
+
+
+@pytest.mark.parametrize("name", sorted(GOLDEN["catalog"]))
+def test_computed_count_equals_hugging_face(name: str) -> None:
+    assert load_model(name).params == GOLDEN["catalog"][name]
+
+
+@pytest.mark.parametrize("fixture", sorted(GOLDEN["fixtures"]))
+def test_config_json_count_equals_hugging_face(fixture: str) -> None:
+    model = load_model(str(FIXTURES / fixture))
+    assert model.params == GOLDEN["fixtures"][fixture]
+    assert model.name == fixture.removesuffix(".json")
+
+
+def test_published_counts() -> None:
+    """Numbers stated outside transformers: the brief's anchors, Mistral AI's and DeepSpeed's docs."""
+    assert load_model("llama-7b").params == 6_738_415_616
+    assert load_model("gpt2").params == 124_439_808
+    # Mixtral 8x7B: "46.7B total parameters but only uses 12.9B parameters per token" (mistral.ai, 2023-12-11)
+    mixtral = load_model("mixtral-8x7b")
+    assert round(mixtral.params / 1e9, 1) == 46.7 and round(mixtral.active_params / 1e9, 1) == 12.9
+    # DeepSpeed's memory-estimator docs: t5-3b has 2851M params and a 32M "largest layer", which
+    # DeepSpeed measures per leaf module (stage3.py model_to_params): here the shared embedding.
+    t5 = load_model("t5-3b")
+    assert t5.params // 10**6 == 2851 and t5.largest_tensor // 10**6 == 32
+
+
+def test_llama_7b_layer_facts() -> None:
+    m = load_model("llama-7b")
+    assert m.largest_tensor == 32000 * 4096
+    assert m.block_params == 202_383_360 == 4 * 4096**2 + 3 * 4096 * 11008 + 2 * 4096
+    assert m.largest_layer == m.block_params
+    assert len(m.blocks) == 32 and [layer.kind for layer in m.layers[:2]] == ["embedding", "block"]
+    assert [layer.name for layer in m.layers[-2:]] == ["norm", "lm_head"]
+    assert m.active_params == m.params
+
+
+def test_gqa_shrinks_key_and_value() -> None:
+    m = load_model("llama-70b")
+    q, k, v = m.blocks[0].tensors[1:4]
+    assert (q, k, v) == (8192 * 8192, 8192 * 8 * 128, 8192 * 8 * 128)
+
+
+def test_qwen2_has_qkv_biases_only() -> None:
+    m = load_model("qwen2.5-7b")
+    d = 128  # 3584 / 28
+    assert m.blocks[0].tensors[1:8] == (
+        3584 * 28 * d,
+        28 * d,
+        3584 * 4 * d,
+        4 * d,
+        3584 * 4 * d,
+        4 * d,
+        3584 * 3584,
+    )
+
+
+def test_gemma_head_dim_and_tied_vocab() -> None:
+    m = load_model("gemma-7b")
+    assert m.head_dim == 256 and m.tied_embeddings and m.layers[-1].kind == "norm"
+    assert m.blocks[0].tensors[1] == 3072 * 16 * 256
+    assert m.largest_tensor == 256000 * 3072
+
+
+def test_phi3_fuses_qkv_and_gate_up() -> None:
+    m = load_model("phi-3-mini")
+    assert m.blocks[0].tensors == (3072, 3072 * 3 * 3072, 3072 * 3072, 3072, 3072 * 2 * 8192, 8192 * 3072)
+
+
+def test_falcon_40b_new_decoder_architecture() -> None:
+    m = load_model("falcon-40b")
+    ln = (8192, 8192)
+    attn = (8192 * (128 + 2 * 8) * 64, 8192 * 8192)  # fused query_key_value, dense; no biases
+    assert m.blocks[0].tensors == ln + attn + ln + (8192 * 32768, 32768 * 8192)
+    assert m.num_kv_heads == 8 and m.tied_embeddings
+
+
+def test_falcon_7b_multi_query_single_norm() -> None:
+    m = load_model(str(FIXTURES / "falcon-7b.json"))
+    assert m.num_kv_heads == 1
+    assert m.blocks[0].tensors[:3] == (4544, 4544, 4544 * (4544 + 2 * 64))
+
+
+def test_gpt2_learned_positions_and_biases() -> None:
+    m = load_model("gpt2")
+    assert m.layers[0].tensors == (50257 * 768, 1024 * 768)
+    assert len(m.blocks[0].tensors) == 12  # 2 LayerNorms (w, b) + 4 Conv1D (w, b)
+    assert m.layers[-1].name == "norm"  # lm_head tied to wte
+
+
+def test_bloom_embedding_layernorm() -> None:
+    m = load_model("bloom-176b")
+    assert m.layers[0].tensors == (250880 * 14336, 14336, 14336)
+    assert m.max_seq_len == 2048
+
+
+def test_t5_encoder_decoder_structure() -> None:
+    m = load_model("t5-3b")
+    enc = [layer for layer in m.layers if layer.kind == "encoder_block"]
+    dec = [layer for layer in m.layers if layer.kind == "decoder_block"]
+    assert len(enc) == len(dec) == 24 and m.num_layers == 48
+    rel_bias = 32 * 32  # buckets x heads, first block of each stack only
+    assert enc[0].params - enc[1].params == rel_bias == dec[0].params - dec[1].params
+    cross = 4 * 1024 * 4096 + 1024  # q, k, v, o + its layer norm
+    assert dec[1].params - enc[1].params == cross
+    assert [layer.name for layer in m.layers if layer.kind == "norm"] == [
+        "encoder.final_layer_norm",
+        "decoder.final_layer_norm",
+    ]
+
+
+def test_t5_v1_1_gated_and_untied() -> None:
+    config = json.loads((FIXTURES / "t5-small.json").read_text())
+    config |= {"feed_forward_proj": "gated-gelu", "tie_word_embeddings": False, "d_ff": 1024}
+    m = model_from_hf_config(config, "t5-v1_1-small")
+    v1_0 = load_model(str(FIXTURES / "t5-small.json"))
+    assert m.gated_mlp and m.layers[-1].name == "lm_head"
+    ff_delta = 12 * 512 * (3 * 1024 - 2 * 2048)  # 12 blocks, 3 matrices of d_ff 1024 vs 2 of 2048
+    assert m.params - v1_0.params == ff_delta + 32128 * 512
+
+
+@pytest.mark.parametrize("name", sorted(REQUIRED))
+def test_hf_config_round_trip(name: str) -> None:
+    """to_hf_config (what transformers was given) parses back to the same tensors."""
+    arch = load_architecture(name)
+    again = parse_hf_config(to_hf_config(arch), name, hf_class=arch.hf_class, source=arch.source)
+    assert build_model(again) == build_model(arch)
+
+
+@pytest.mark.parametrize(
+    "ref", ["llama-7b", "LLAMA-7B", "llama2-7b", "Llama-2-7b", "Llama-2-7b-hf", "meta-llama/Llama-2-7b-hf"]
+)
+def test_names_and_aliases(ref: str) -> None:
+    assert load_model(ref).name == "llama-7b"
+
+
+def test_profile_and_directory_paths(tmp_path: Path) -> None:
+    assert load_model(str(catalog_dir() / "gpt2.yaml")).params == 124_439_808
+    snapshot = tmp_path / "my-model"
+    snapshot.mkdir()
+    (snapshot / "config.json").write_text((FIXTURES / "qwen2.5-0.5b.json").read_text())
+    m = load_model(str(snapshot))
+    assert m.name == "my-model" and m.params == GOLDEN["fixtures"]["qwen2.5-0.5b.json"]
+
+
+def test_profiles_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "models").mkdir()
+    text = (catalog_dir() / "gpt2.yaml").read_text()
+    (tmp_path / "models" / "tiny.yaml").write_text(text.replace("layers: 12", "layers: 1"))
+    monkeypatch.setenv("ZEROTUNE_PROFILES", str(tmp_path))
+    assert list_models() == ["tiny"]
+    assert load_model("tiny").params == 124_439_808 - 11 * 7_087_872
+
+
+def test_unknown_name_suggests_close_names() -> None:
+    with pytest.raises(InputError) as err:
+        load_model("lama-7b")
+    assert err.value.message == "unknown model 'lama-7b'"
+    assert err.value.hint.startswith("did you mean: llama-7b")
+    assert "\n" not in err.value.hint
+    with pytest.raises(InputError, match="unknown model 'zzz'"):
+        load_model("zzz")
+
+
+def test_unknown_architecture_names_the_supported_ones(tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "mamba", "hidden_size": 768}))
+    with pytest.raises(InputError) as err:
+        load_model(str(path))
+    assert "unsupported architecture (model_type 'mamba')" in err.value.message
+    assert "llama" in err.value.hint and "t5" in err.value.hint
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('{"model_type": "llama", "hidden_size": 64}', "has no 'num_attention_heads'"),
+        ("{not json", "cannot read"),
+        ("[1, 2]", "must hold a JSON object"),
+        (
+            '{"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 3,'
+            ' "num_hidden_layers": 1, "intermediate_size": 8, "vocab_size": 10}',
+            "inconsistent config: .*multiple of kv_heads",
+        ),
+    ],
+)
+def test_bad_config_json(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(text)
+    with pytest.raises(InputError, match=message):
+        load_model(str(path))
+
+
+def test_bad_profile_names_file_and_field(tmp_path: Path) -> None:
+    path = tmp_path / "broken.yaml"
+    path.write_text((catalog_dir() / "gpt2.yaml").read_text().replace("heads: 12", "heads: -1"))
+    with pytest.raises(InputError, match=r"broken.yaml: invalid model profile: heads:"):
+        load_model(str(path))
+    with pytest.raises(InputError, match="model file not found"):
+        load_model(str(tmp_path / "absent.json"))
+
+
+# --- ad-hoc models -----------------------------------------------------------------------------
+
+
+def test_adhoc_from_layers_and_hidden_is_llama_2_7b() -> None:
+    m = adhoc_model(layers=32, hidden=4096)
+    assert (m.ffn_size, m.num_heads, m.vocab_size, m.family) == (11008, 32, 32000, "custom")
+    assert m.params == 6_738_415_616
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.floats(min_value=2e7, max_value=2e12))
+def test_adhoc_params_within_one_percent(params: float) -> None:
+    m = adhoc_model(params=params)
+    assert abs(m.params - params) <= 0.01 * params
+    assert m.hidden_size == 128 * m.num_heads and m.ffn_size % 256 == 0
+
+
+@pytest.mark.parametrize(("layers", "hidden"), [(32, None), (None, 4096), (20, 5120), (80, 8192)])
+def test_adhoc_params_with_pinned_dimensions(layers: int | None, hidden: int | None) -> None:
+    params = 7.5e9 if layers != 80 else 70e9
+    m = adhoc_model(params=params, layers=layers, hidden=hidden)
+    assert abs(m.params - params) <= 0.01 * params
+    assert layers in (None, m.num_layers) and hidden in (None, m.hidden_size)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"params": -1.0}, "--params must be positive"),
+        ({"params": 7e9, "layers": 0}, "--layers must be positive"),
+        ({"hidden": -64}, "--hidden must be positive"),
+        ({"hidden": 100}, "--hidden must be a multiple of 64"),
+        ({}, "give --params"),
+        ({"params": 1e6}, "cannot be reached within 1%"),
+        ({"params": 7e9, "layers": 2, "hidden": 128}, "with --layers 2 --hidden 128"),
+        ({"params": math.nan}, "--params must be positive"),
+    ],
+)
+def test_adhoc_rejects_bad_values(kwargs: dict, message: str) -> None:
+    with pytest.raises(InputError, match=message):
+        adhoc_model(**kwargs)
+
+
+# --- bench proxies -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["llama-7b", "llama3-8b", "mistral-7b", "llama-70b"])
+def test_derive_full_size_llama_is_exact(name: str) -> None:
+    model = load_model(name)
+    proxy = derive(model)
+    assert proxy.params == model.params and proxy.largest_tensor == model.largest_tensor
+    assert proxy.family == "llama-proxy" and proxy.name == f"{name}/{model.num_layers}L/w1"
+
+
+def test_derive_shrinks_width_and_depth() -> None:
+    proxy = derive(load_model("llama-7b"), num_layers=2, width_scale=0.125)
+    assert proxy.name == "llama-7b/2L/w0.125"
+    h, f, v = 512, 1376, 4000
+    assert (proxy.hidden_size, proxy.num_heads, proxy.num_kv_heads, proxy.head_dim) == (h, 4, 4, 128)
+    assert (proxy.ffn_size, proxy.vocab_size, len(proxy.blocks)) == (f, v, 2)
+    assert proxy.params == 2 * v * h + 2 * (4 * h * h + 3 * h * f + 2 * h) + h
+
+
+def test_derive_keeps_gqa_ratio_and_one_kv_head() -> None:
+    llama3 = derive(load_model("llama3-8b"), width_scale=0.25, vocab_size=1000)
+    assert (llama3.num_kv_heads, llama3.num_heads, llama3.hidden_size, llama3.vocab_size) == (
+        2,
+        8,
+        1024,
+        1000,
+    )
+    tiny = derive(load_model("llama-70b"), num_layers=1, width_scale=0.01)
+    assert (tiny.num_kv_heads, tiny.num_heads, tiny.hidden_size) == (1, 8, 1024)
+
+
+def test_derive_keeps_tying_and_has_the_bench_tensor_layout() -> None:
+    gemma = derive(load_model("gemma-7b"), num_layers=1, width_scale=0.5)
+    assert gemma.tied_embeddings and gemma.layers[-1].kind == "norm"
+    h, d, heads, kv, f = (
+        gemma.hidden_size,
+        gemma.head_dim,
+        gemma.num_heads,
+        gemma.num_kv_heads,
+        gemma.ffn_size,
+    )
+    assert h == heads * d == 8 * 256
+    assert gemma.blocks[0].tensors == (
+        h,
+        h * heads * d,
+        h * kv * d,
+        h * kv * d,
+        heads * d * h,
+        h,
+        h * f,
+        h * f,
+        f * h,
+    )
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"num_layers": 0}, "num_layers"),
+        ({"width_scale": 0}, "width_scale"),
+        ({"width_scale": 2}, "width_scale"),
+    ],
+)
+def test_derive_rejects_bad_values(kwargs: dict, message: str) -> None:
+    with pytest.raises(InputError, match=message):
+        derive(load_model("gpt2"), **kwargs)
+
+
+# --- live transformers (skipped where it is not installed) -------------------------------------
+
+LIVE = [
+    "gpt2",
+    "llama-70b",
+    "qwen2.5-7b",
+    "gemma-7b",
+    "phi-3-mini",
+    "falcon-40b",
+    "bloom-176b",
+    "t5-3b",
+    "mixtral-8x7b",
+]
+
+
+@pytest.fixture(scope="module")
+def recorder():
+    pytest.importorskip("transformers")
+    pytest.importorskip("torch")
+    spec = importlib.util.spec_from_file_location(
+        "record_hf_counts", REPO / "scripts" / "record_hf_counts.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("name", LIVE)
+def test_live_transformers_tensors(recorder, name: str) -> None:
+    """Same total and, except for Mixtral (transformers 5 fuses each layer's experts into 3-D
+    tensors; we list the checkpoint's per-expert matrices), the same multiset of tensor sizes."""
+    arch = load_architecture(name)
+    numels = recorder.hf_param_numels(to_hf_config(arch), arch.hf_class)
+    ours = [n for layer in build_model(arch).layers for n in layer.tensors]
+    assert sum(ours) == sum(numels)
+    if name != "mixtral-8x7b":
+        assert sorted(ours) == sorted(numels)
+
+
+def test_live_transformers_fixture(recorder) -> None:
+    config = json.loads((FIXTURES / "falcon-7b.json").read_text())
+    numels = recorder.hf_param_numels(config, "FalconForCausalLM")
+    assert sorted(n for layer in model_from_hf_config(config, "f").layers for n in layer.tensors) == sorted(
+        numels
+    )
