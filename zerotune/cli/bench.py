@@ -1,12 +1,154 @@
-"""`zerotune bench` (placeholder until its issue lands)."""
+"""`zerotune bench`: run real DeepSpeed training steps on a proxy of a model and report per-phase,
+per-bucket and per-layer times (zerotune.bench.run_bench does the work)."""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
 
 from zerotune.errors import InputError
 
 NAME = "bench"
-HELP = "Not implemented yet."
+HELP = (
+    "Run a short real DeepSpeed training step on a proxy model: phases, per-bucket collectives, loss parity."
+)
 
 
-def command() -> None:
-    raise InputError("'zerotune bench' is not implemented yet")
+def _load_config(path: str | None, stage: int | None) -> dict[str, Any]:
+    if path is None:
+        return {"zero_optimization": {"stage": 2 if stage is None else stage}}
+    file = Path(path).expanduser()
+    if not file.is_file():
+        raise InputError(f"DeepSpeed config {path} not found", hint="pass the path of a JSON/HJSON/YAML file")
+    text = file.read_text(encoding="utf-8")
+    try:
+        if file.suffix.lower() in (".yaml", ".yml"):
+            import yaml
+
+            data = yaml.safe_load(text) or {}
+        else:
+            import hjson
+
+            data = json.loads(json.dumps(hjson.loads(text)))  # hjson's OrderedDicts -> plain dicts
+    except Exception as exc:
+        raise InputError(f"{path}: not a readable DeepSpeed config ({type(exc).__name__}: {exc})") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: the config must be a JSON object")
+    if stage is not None:
+        zero = data.get("zero_optimization")
+        data["zero_optimization"] = {**(zero if isinstance(zero, dict) else {}), "stage": stage}
+    return data
+
+
+def command(
+    model: Annotated[
+        str, typer.Option(help="Catalog model name, profile .yaml or config.json.")
+    ] = "llama-7b",
+    config: Annotated[
+        str | None, typer.Option(help="DeepSpeed config (JSON/HJSON/YAML); default: ZeRO stage 2, fp32.")
+    ] = None,
+    stage: Annotated[int | None, typer.Option(help="Override zero_optimization.stage (0-3).")] = None,
+    layers: Annotated[int, typer.Option(help="Transformer blocks in the proxy.")] = 2,
+    width_scale: Annotated[
+        float | None,
+        typer.Option(help="Shrink hidden/FFN/heads/vocab by this factor; default 1 on GPU, 0.25 on CPU."),
+    ] = None,
+    seq_len: Annotated[
+        int | None, typer.Option(help="Tokens per sequence; default 128 on CPU, 2048 on GPU.")
+    ] = None,
+    micro_batch: Annotated[
+        int | None, typer.Option(help="Sequences per rank per forward; default: the config's, else 1.")
+    ] = None,
+    nproc: Annotated[
+        int | None, typer.Option(help="Ranks: GPUs, or gloo processes on CPU (default 2).")
+    ] = None,
+    device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
+    warmup: Annotated[int, typer.Option(help="Unmeasured warm-up steps.")] = 1,
+    steps: Annotated[int, typer.Option(help="Measured steps without the comms logger (step time).")] = 3,
+    logged_steps: Annotated[
+        int, typer.Option(help="Measured steps with DeepSpeed's comms logger on (per-bucket records).")
+    ] = 2,
+    seed: Annotated[int, typer.Option(help="Seed of the initial weights and the data.")] = 0,
+    compare_stages: Annotated[
+        bool,
+        typer.Option(
+            "--compare-stages", help="Also run stages 0-3 with the same seed and data; compare losses."
+        ),
+    ] = False,
+    profile: Annotated[
+        str | None, typer.Option(help="Hardware profile for predicted vs measured; default: the last probe.")
+    ] = None,
+    timeout: Annotated[float, typer.Option(help="Wall-clock limit per launch, seconds.")] = 600.0,
+    output: Annotated[
+        str | None, typer.Option("--output", "-o", help="Also write the JSON result here.")
+    ] = None,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite --output.")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON only, on stdout.")] = False,
+) -> None:
+    from zerotune.bench import run_bench
+    from zerotune.catalog.hardware import load_cached_probe, load_profile
+    from zerotune.catalog.models import load_model
+    from zerotune.render import bench as render
+    from zerotune.render import console
+
+    if stage is not None and stage not in (0, 1, 2, 3):
+        raise InputError(f"--stage must be 0, 1, 2 or 3, got {stage}")
+    if device not in ("auto", "cpu", "cuda"):
+        raise InputError(f"--device must be auto, cpu or cuda, got {device!r}")
+    for flag, value in (("--layers", layers), ("--steps", steps), ("--logged-steps", logged_steps)):
+        if value < 1:
+            raise InputError(f"{flag} must be at least 1, got {value}")
+    if nproc is not None and nproc < 1:
+        raise InputError(f"--nproc must be at least 1, got {nproc}")
+    if width_scale is not None and not 0 < width_scale <= 1:
+        raise InputError(f"--width-scale must be in (0, 1], got {width_scale:g}")
+    spec = load_model(model)
+    ds_config = _load_config(config, stage)
+    hardware = load_profile(profile) if profile else load_cached_probe()
+
+    err = console.err()
+    with err.status("bench: starting", spinner="dots") as status:
+        result = run_bench(
+            spec,
+            ds_config,
+            layers=layers,
+            width_scale=width_scale,
+            seq_len=seq_len,
+            micro_batch=micro_batch,
+            nproc=nproc,
+            device=device,
+            warmup=warmup,
+            steps=steps,
+            logged_steps=logged_steps,
+            seed=seed,
+            timeout_s=timeout,
+            compare_stages=compare_stages,
+            hardware=hardware,
+            progress=lambda message: status.update(f"bench: {message}"),
+        )
+    text = result.model_dump_json(indent=2)
+    if output:
+        from zerotune.files import write_atomic
+
+        write_atomic(output, text + "\n", force=force)
+    if json_out:
+        console.print_json(text)
+    else:
+        out = console.out()
+        out.print(render.summary_table(result))
+        out.print(render.collectives_table(result))
+        out.print(render.layers_table(result))
+        out.print(render.timeline(result), markup=False, highlight=False)
+        table = render.parity_table(result)
+        if table is not None:
+            out.print(table)
+    if result.parity is not None and not result.parity.agree:
+        err.print(
+            f"losses differ across ZeRO stages: max relative difference {result.parity.max_rel_diff:.2e} "
+            f"> {result.parity.rtol:.0e}",
+            markup=False,
+        )
+        raise typer.Exit(1)

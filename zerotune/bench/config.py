@@ -1,0 +1,147 @@
+"""The DeepSpeed config a bench run actually gives the engine, made from the user's (pure).
+
+`prepare()` keeps the ZeRO section as written (the thing being measured) and changes only what a
+short, comparable, CPU-runnable measurement needs, saying so in `notes`:
+
+- the batch triple is made consistent for the proxy's micro-batch, accumulation and rank count;
+- on CPU precision is fp32: bf16 matmul runs ~150x slower than fp32 on a CPU without AVX-512 and
+  fp16 is unsupported by DeepSpeed's CPU accelerator (DEEPSPEED_FACTS §8, "fp16/bf16 requested
+  but unsupported");
+- the `optimizer` section becomes a torch optimizer passed to `deepspeed.initialize`: DeepSpeed's
+  own Adam on CPU is FusedAdam/CPUAdam, JIT-compiled at first use (~90 s). Adam/AdamW stay on
+  ZeRO's tested-optimizer list (deepspeed/runtime/engine.py `_do_optimizer_sanity_check`);
+- the `scheduler` is dropped (a few steps measure time, not a schedule; HF "auto" values there
+  would not resolve);
+- `wall_clock_breakdown` is switched on (DeepSpeed's fwd/bwd/step timers) and the comms logger is
+  driven by the runner rather than by the config.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+from zerotune.errors import InputError
+
+DEFAULT_LR = 1e-3
+_TORCH_OPTIMIZERS = {"adam": "adam", "adamw": "adamw", "sgd": "sgd", "adagrad": "adagrad"}
+_OPTIMIZER_PARAMS = {
+    "adam": ("lr", "betas", "eps", "weight_decay"),
+    "adamw": ("lr", "betas", "eps", "weight_decay"),
+    "sgd": ("lr", "momentum", "weight_decay", "nesterov"),
+    "adagrad": ("lr", "eps", "weight_decay"),
+}
+# Keys the runner owns, removed from the user's config.
+_RUNNER_KEYS = (
+    "comms_logger",
+    "flops_profiler",
+    "tensorboard",
+    "wandb",
+    "csv_monitor",
+    "comet",
+    "autotuning",
+)
+
+
+@dataclass
+class Prepared:
+    config: dict[str, Any]
+    optimizer: dict[str, Any]
+    """{"type": "adamw" | "adam" | "sgd" | "adagrad", "params": {...}} for torch.optim."""
+    micro_batch: int
+    grad_accum: int
+    notes: list[str] = field(default_factory=list)
+
+
+def _int_or_none(value: Any) -> int | None:
+    """An integral JSON number, else None ("auto", strings, fractions)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
+        return None
+    return int(value)
+
+
+def prepare(
+    user: dict[str, Any],
+    *,
+    nproc: int,
+    micro_batch: int | None = None,
+    grad_accum: int | None = None,
+    device: str = "cpu",
+    stage: int | None = None,
+) -> Prepared:
+    """A copy of `user` ready for the bench's engine, and what changed."""
+    if not isinstance(user, dict):
+        raise InputError("the DeepSpeed config must be a JSON object")
+    config = copy.deepcopy(user)
+    notes: list[str] = []
+
+    zero = config.get("zero_optimization")
+    if stage is not None:
+        zero = dict(zero) if isinstance(zero, dict) else {}
+        zero["stage"] = stage
+        config["zero_optimization"] = zero
+
+    mb = micro_batch or _int_or_none(config.get("train_micro_batch_size_per_gpu")) or 1
+    ga = grad_accum or _int_or_none(config.get("gradient_accumulation_steps")) or 1
+    if mb < 1 or ga < 1:
+        raise InputError(f"micro-batch ({mb}) and gradient accumulation ({ga}) must be positive")
+    given = _int_or_none(config.get("train_batch_size"))
+    if given is not None and given != mb * ga * nproc:
+        notes.append(
+            f"train_batch_size {given} -> {mb * ga * nproc} (= micro {mb} x accum {ga} x {nproc} ranks)"
+        )
+    config["train_batch_size"] = mb * ga * nproc
+    config["train_micro_batch_size_per_gpu"] = mb
+    config["gradient_accumulation_steps"] = ga
+
+    if device == "cpu":
+        for key in ("fp16", "bf16", "bfloat16"):
+            section = config.get(key)
+            if isinstance(section, dict) and section.get("enabled") not in (False, "false", None):
+                notes.append(f"{key} disabled: the CPU proxy runs fp32")
+                config[key] = {"enabled": False}
+            elif key in config and not isinstance(section, dict):
+                config.pop(key)
+    zero = config.get("zero_optimization")
+    offload = zero.get("offload_optimizer") if isinstance(zero, dict) else None
+    if isinstance(offload, dict) and offload.get("device") in ("cpu", "nvme"):
+        config["zero_force_ds_cpu_optimizer"] = False
+        notes.append("optimizer offload with a torch optimizer: zero_force_ds_cpu_optimizer set to false")
+
+    optimizer = _torch_optimizer(config.pop("optimizer", None), notes)
+    if "scheduler" in config:
+        config.pop("scheduler")
+        notes.append("scheduler dropped (constant learning rate for the measured steps)")
+    for key in _RUNNER_KEYS:
+        if key in config:
+            config.pop(key)
+            notes.append(f"{key} removed (the bench drives its own measurement)")
+    if optimizer["type"] not in ("adam", "adamw"):
+        config["zero_allow_untested_optimizer"] = True
+    config["wall_clock_breakdown"] = True
+    config["steps_per_print"] = 1_000_000
+    return Prepared(config, optimizer, mb, ga, notes)
+
+
+def _torch_optimizer(section: Any, notes: list[str]) -> dict[str, Any]:
+    if not isinstance(section, dict):
+        return {"type": "adamw", "params": {"lr": DEFAULT_LR}}
+    name = str(section.get("type", "adamw")).lower()
+    kind = _TORCH_OPTIMIZERS.get(name)
+    if kind is None:
+        notes.append(f"optimizer {section.get('type')!r} measured as torch AdamW (lr {DEFAULT_LR:g})")
+        return {"type": "adamw", "params": {"lr": DEFAULT_LR}}
+    raw = section.get("params") if isinstance(section.get("params"), dict) else {}
+    params: dict[str, Any] = {}
+    for key in _OPTIMIZER_PARAMS[kind]:
+        value = raw.get(key)
+        if value is None or value == "auto":
+            continue
+        params[key] = tuple(value) if key == "betas" else value
+    params.setdefault("lr", DEFAULT_LR)
+    dropped = sorted(set(raw) - set(params))
+    if dropped:
+        notes.append(f"optimizer params ignored by the torch {kind}: {', '.join(dropped)}")
+    notes.append(f"optimizer {section.get('type')!r} runs as torch.optim.{kind} (no JIT-built DeepSpeed op)")
+    return {"type": kind, "params": params}

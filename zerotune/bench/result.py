@@ -1,0 +1,156 @@
+"""What `zerotune bench` measures, as one versioned, JSON-serialisable result (pure pydantic).
+
+Times are seconds, sizes bytes. `step_time_s` comes from the *unlogged* pass: DeepSpeed's comms
+logger synchronises after every collective (deepspeed/comm/comm.py `timed_op`), which serialises
+communication with compute, so the logged pass gives per-bucket records and per-layer compute but
+not the true overlapped step time.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SCHEMA_VERSION = 1
+
+Phase = Literal["forward", "backward", "step"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Proxy(_Model):
+    """The model actually run: the derived spec, the shape of the batch and the world."""
+
+    model: dict[str, Any] = Field(description="ModelSpec.model_dump(mode='json') of the proxy")
+    layers: int
+    width_scale: float
+    seq_len: int
+    micro_batch: int
+    dtype: Literal["fp32", "bf16", "fp16"]
+    nproc: int
+    grad_accum: int
+
+
+class Phases(_Model):
+    """Median per optimizer step over the measured unlogged steps (DeepSpeed's global timers
+    'fwd', 'bwd', 'step' with wall_clock_breakdown; fwd/bwd summed over the micro-batches)."""
+
+    forward_s: float
+    backward_s: float
+    step_s: float
+
+
+class Collective(_Model):
+    """Calls of one op with one message size within one phase, per optimizer step (rank 0).
+
+    `bytes` is the message size DeepSpeed's comms logger reports (the input tensor; for
+    all_gather_into_tensor / reduce_scatter_tensor the size of one rank's shard)."""
+
+    op: str
+    bytes: int
+    count: float = Field(description="calls per optimizer step (mean over the logged steps)")
+    mean_latency_s: float
+    total_s: float = Field(description="count x mean_latency_s: time per step spent in these calls")
+    phase: Phase | None = None
+
+
+class Bucket(_Model):
+    """One collective call in the recorded step of rank 0, in issue order (the timeline)."""
+
+    index: int
+    op: str
+    bytes: int
+    phase: Phase
+    start_s: float = Field(description="from the start of the step")
+    latency_s: float
+
+
+class LayerTime(_Model):
+    """Compute time of one module per micro-batch (median over the logged micro-steps),
+    with the collectives issued inside its interval subtracted."""
+
+    name: str
+    forward_s: float
+    backward_s: float
+
+
+class Segment(_Model):
+    """A compute interval of the recorded step on rank 0 (from the start of the step)."""
+
+    label: str
+    phase: Phase
+    start_s: float
+    end_s: float
+
+
+class Memory(_Model):
+    peak_bytes: list[int] = Field(description="per rank")
+    baseline_bytes: list[int] = Field(description="per rank, before the model was built")
+    method: str
+
+
+class StageRun(_Model):
+    stage: int
+    losses: list[float] = Field(description="rank 0 loss per optimizer step, warm-up included")
+    step_time_s: float
+
+
+class Parity(_Model):
+    """`--compare-stages`: the same seed and data under each ZeRO stage."""
+
+    stages: list[StageRun]
+    max_abs_diff: float
+    max_rel_diff: float
+    rtol: float
+    agree: bool
+
+
+class Prediction(_Model):
+    step_time_s: float | None = None
+    phases: dict[str, float] = Field(default_factory=dict)
+    error_pct: float | None = Field(None, description="(predicted - measured) / measured x 100")
+    note: str | None = None
+
+
+class BenchResult(_Model):
+    schema_version: Literal[1] = SCHEMA_VERSION
+    zerotune_version: str
+    deepspeed_version: str
+    torch_version: str
+    device: str = Field(description="'cpu' (gloo ranks) or the CUDA device name")
+    backend: str
+    nproc: int
+    stage: int
+    proxy: Proxy
+    config: dict[str, Any] = Field(description="the DeepSpeed config the engine was given")
+    warmup_steps: int
+    steps: int
+    step_time_s: float = Field(description="median over the unlogged measured steps")
+    step_times_s: list[float]
+    logged_step_time_s: float = Field(description="median step time with the comms logger on")
+    phases: Phases
+    collectives: list[Collective]
+    buckets: list[Bucket]
+    timeline: list[Segment]
+    layers: list[LayerTime]
+    memory: Memory
+    losses: dict[str, list[float]] = Field(description="stage -> rank 0 loss per optimizer step")
+    parity: Parity | None = None
+    prediction: Prediction | None = None
+    notes: list[str] = Field(default_factory=list)
+
+    def comm_bytes(self, op: str | None = None, phase: Phase | None = None) -> float:
+        """Bytes per step over the collectives matching `op` / `phase`."""
+        return sum(
+            c.bytes * c.count
+            for c in self.collectives
+            if (op is None or c.op == op) and (phase is None or c.phase == phase)
+        )
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values) if values else 0.0

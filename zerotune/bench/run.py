@@ -1,0 +1,280 @@
+"""`run_bench`: the programmatic API of `zerotune bench` (orchestration; torch stays in the ranks).
+
+A run derives the proxy (zerotune.catalog.models.derive), prepares the DeepSpeed config
+(zerotune.bench.config), launches N ranks of zerotune.bench.step_worker through zerotune.launch
+(separate processes, a wall-clock timeout, no orphans) and folds their records into a BenchResult.
+With `compare_stages` the same proxy, seed and data run under ZeRO stages 0-3, one launch each,
+and the losses are compared: ZeRO partitions state, it must not change the math.
+
+CPU default proxy: measured on the 2-core CI host, a 2-layer llama-7b-shaped proxy at full width
+(667M params, fp32, seq 64) under stage 2 on 2 gloo ranks took 28 s to initialise, 36-56 s per
+step and 11 GB per rank. So on CPU the width (hidden, FFN, heads, vocab) is scaled by
+CPU_WIDTH_SCALE unless `width_scale` is given; GPUs keep the real per-layer shapes.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import os
+from collections.abc import Callable
+from typing import Any
+
+import zerotune
+from zerotune.bench import aggregate
+from zerotune.bench.config import prepare
+from zerotune.bench.decoder import module_names
+from zerotune.bench.result import BenchResult, Memory, Parity, Prediction, Proxy, StageRun, median
+from zerotune.dsconfig.settings import resolve
+from zerotune.errors import InputError, MissingDependency
+from zerotune.schema.model import ModelSpec
+
+WORKER = "zerotune.bench.step_worker"
+CPU_WIDTH_SCALE = 0.25
+"""llama-7b at 0.25: hidden 1024, 8 heads of 128, FFN 2752, vocab 8000; 2 layers = 41.7M params."""
+DEFAULT_LAYERS = 2
+CPU_SEQ_LEN = 128
+GPU_SEQ_LEN = 2048
+PARITY_RTOL = 1e-4
+"""fp32 losses under different stages differ only by reduction order: measured max 1.1e-7 relative
+(llama-7b proxy at width 0.125, 6 steps, 2 gloo ranks) while the loss itself moves by ~0.9."""
+
+Progress = Callable[[str], None]
+
+
+def check_dependencies() -> None:
+    for module in ("torch", "deepspeed"):
+        if importlib.util.find_spec(module) is None:
+            raise MissingDependency(module, "bench")
+
+
+def detect_device(device: str) -> tuple[str, int]:
+    """("cuda", visible GPU count) or ("cpu", 0); `device` is auto, cpu or cuda."""
+    if device == "cpu":
+        return "cpu", 0
+    import torch
+
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if device == "cuda" and count == 0:
+        raise InputError("--device cuda: no CUDA GPU is visible", hint="use --device cpu (gloo ranks)")
+    return ("cuda", count) if count else ("cpu", 0)
+
+
+def proxy_spec(
+    model: ModelSpec, *, layers: int, width_scale: float, vocab_size: int | None = None
+) -> ModelSpec:
+    from zerotune.catalog.models import derive
+
+    return derive(model, num_layers=layers, width_scale=width_scale, vocab_size=vocab_size)
+
+
+def run_bench(
+    model: ModelSpec,
+    config: dict[str, Any],
+    *,
+    layers: int = DEFAULT_LAYERS,
+    width_scale: float | None = None,
+    seq_len: int | None = None,
+    micro_batch: int | None = None,
+    grad_accum: int | None = None,
+    nproc: int | None = None,
+    device: str = "auto",
+    warmup: int = 1,
+    steps: int = 3,
+    logged_steps: int = 2,
+    seed: int = 0,
+    timeout_s: float = 600.0,
+    compare_stages: bool = False,
+    hardware: Any = None,
+    progress: Progress | None = None,
+) -> BenchResult:
+    """Measure real DeepSpeed steps of a proxy of `model` under `config` (see module doc).
+
+    `model` is the full model; the proxy is derived from it (`layers` blocks, `width_scale`,
+    default 1 on GPU and CPU_WIDTH_SCALE on CPU). `hardware` (a HardwareProfile) is used for the
+    predicted-vs-measured comparison when the step-time model is available.
+    """
+    check_dependencies()
+    if layers < 1 or warmup < 0 or steps < 1 or logged_steps < 1:
+        raise InputError("--layers, --steps and --logged-steps must be at least 1, --warmup at least 0")
+    kind, gpus = detect_device(device)
+    if nproc is None:
+        nproc = gpus if kind == "cuda" else 2
+    if nproc < 1 or (kind == "cuda" and nproc > gpus):
+        raise InputError(
+            f"--nproc {nproc}: {gpus} GPU(s) visible" if kind == "cuda" else "--nproc must be >= 1"
+        )
+    scale = width_scale if width_scale is not None else (1.0 if kind == "cuda" else CPU_WIDTH_SCALE)
+    spec = proxy_spec(model, layers=layers, width_scale=scale)
+    seq = seq_len or (CPU_SEQ_LEN if kind == "cpu" else min(GPU_SEQ_LEN, model.max_seq_len or GPU_SEQ_LEN))
+    prepared = prepare(config, nproc=nproc, micro_batch=micro_batch, grad_accum=grad_accum, device=kind)
+    stage = resolve(prepared.config).zero.stage
+
+    def task(cfg: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "spec": spec.model_dump(mode="json"),
+            "layer_names": module_names(spec),
+            "config": cfg,
+            "optimizer": prepared.optimizer,
+            "seq_len": seq,
+            "micro_batch": prepared.micro_batch,
+            "grad_accum": prepared.grad_accum,
+            "warmup": warmup,
+            "steps": steps,
+            "logged_steps": logged_steps,
+            "seed": seed,
+            "device": kind,
+            "collective_timeout_s": max(30.0, timeout_s / 2),
+            "threads_per_rank": max(1, (os.cpu_count() or 1) // nproc) if kind == "cpu" else 1,
+        }
+
+    say = progress or (lambda message: None)
+    runs: dict[int, list[dict[str, Any]]] = {}
+    plan = [stage] + [s for s in (0, 1, 2, 3) if s != stage] if compare_stages else [stage]
+    for index, run_stage in enumerate(plan):
+        cfg = prepared.config
+        if run_stage != stage:
+            cfg = prepare(
+                config,
+                nproc=nproc,
+                micro_batch=micro_batch,
+                grad_accum=grad_accum,
+                device=kind,
+                stage=run_stage,
+            ).config
+        label = f"stage {run_stage}" + (f" ({index + 1}/{len(plan)})" if len(plan) > 1 else "")
+        say(f"{label}: launching {nproc} rank(s)")
+        runs[run_stage] = _launch(task(cfg), nproc, kind, timeout_s, say, label)
+
+    ranks = runs[stage]
+    rank0 = ranks[0]
+    times = aggregate.step_times(ranks)
+    result = BenchResult(
+        zerotune_version=zerotune.__version__,
+        deepspeed_version=rank0["deepspeed_version"],
+        torch_version=rank0["torch_version"],
+        device=rank0["device"],
+        backend=rank0["backend"],
+        nproc=nproc,
+        stage=stage,
+        proxy=Proxy(
+            model=spec.model_dump(mode="json"),
+            layers=layers,
+            width_scale=scale,
+            seq_len=seq,
+            micro_batch=prepared.micro_batch,
+            dtype="fp32" if kind == "cpu" else _dtype(prepared.config),
+            nproc=nproc,
+            grad_accum=prepared.grad_accum,
+        ),
+        config=prepared.config,
+        warmup_steps=warmup,
+        steps=steps,
+        step_time_s=median(times),
+        step_times_s=times,
+        logged_step_time_s=median(aggregate.step_times(ranks, "logged_step_times_s")),
+        phases=aggregate.phases(rank0),
+        collectives=aggregate.collectives(rank0),
+        buckets=aggregate.buckets(rank0),
+        timeline=aggregate.timeline(rank0),
+        layers=aggregate.layers(rank0),
+        memory=Memory(
+            peak_bytes=[r["peak_memory_bytes"] for r in ranks],
+            baseline_bytes=[r["baseline_memory_bytes"] for r in ranks],
+            method=rank0["memory_method"],
+        ),
+        losses={str(s): runs[s][0]["losses"] for s in sorted(runs)},
+        parity=parity(
+            {s: runs[s][0]["losses"] for s in sorted(runs)}, {s: aggregate.step_times(runs[s]) for s in runs}
+        )
+        if compare_stages
+        else None,
+        notes=prepared.notes,
+    )
+    return result.model_copy(update={"prediction": predict(result, hardware)})
+
+
+def _dtype(config: dict[str, Any]) -> str:
+    for key, name in (("bf16", "bf16"), ("bfloat16", "bf16"), ("fp16", "fp16")):
+        section = config.get(key)
+        if isinstance(section, dict) and section.get("enabled") in (True, "true"):
+            return name
+    return "fp32"
+
+
+def _launch(
+    task: dict[str, Any], nproc: int, kind: str, timeout_s: float, say: Progress, label: str
+) -> list[dict[str, Any]]:
+    from zerotune.launch import LaunchSpec, launch
+
+    env = {"DS_ACCELERATOR": "cpu"} if kind == "cpu" else {}
+    env["OMP_NUM_THREADS"] = str(task["threads_per_rank"])
+    spec = LaunchSpec(module=WORKER, task=task, nproc=nproc, timeout_s=timeout_s, env=env)
+    return launch(spec, on_step=lambda rank, step: say(f"{label}: {step}") if rank == 0 else None)
+
+
+def parity(
+    losses: dict[int, list[float]], times: dict[int, list[float]], rtol: float = PARITY_RTOL
+) -> Parity:
+    """Compare each stage's loss curve with the first stage's (stage 0 when it ran)."""
+    stages = sorted(losses)
+    reference = losses[stages[0]]
+    abs_diff = rel_diff = 0.0
+    for stage in stages[1:]:
+        for a, b in zip(reference, losses[stage], strict=True):
+            abs_diff = max(abs_diff, abs(a - b))
+            rel_diff = max(rel_diff, abs(a - b) / max(abs(a), 1e-12))
+    finite = all(math.isfinite(x) for s in stages for x in losses[s])
+    return Parity(
+        stages=[StageRun(stage=s, losses=losses[s], step_time_s=median(times[s])) for s in stages],
+        max_abs_diff=abs_diff,
+        max_rel_diff=rel_diff,
+        rtol=rtol,
+        agree=finite and rel_diff <= rtol,
+    )
+
+
+def predict(result: BenchResult, hardware: Any) -> Prediction:
+    """The step-time model's prediction for the same proxy, workload and config, when available."""
+    try:
+        from zerotune.model.step import predict_step
+    except ImportError:
+        return Prediction(note="no step-time model in this build (zerotune.model.step)")
+    if hardware is None:
+        return Prediction(note="no hardware profile: run `zerotune probe` or pass --profile")
+    from zerotune.schema.workload import Workload
+
+    proxy = result.proxy
+    workload = Workload(
+        seq_len=proxy.seq_len,
+        micro_batch=proxy.micro_batch,
+        grad_accum=proxy.grad_accum,
+        precision=proxy.dtype,
+        optimizer="adamw",
+        activation_checkpointing=False,
+        gpus_per_node=proxy.nproc,
+        nodes=1,
+    )
+    try:
+        estimate = predict_step(
+            model=ModelSpec.model_validate(proxy.model),
+            workload=workload,
+            zero=resolve(result.config).zero,
+            hardware=hardware,
+        )
+    except Exception as exc:  # the model is another component: report, never fail the measurement
+        return Prediction(note=f"step-time model failed: {type(exc).__name__}: {exc}")
+    predicted = _seconds(estimate, "step_time_s")
+    parts = ("compute_s", "comm_s", "exposed_comm_s", "optimizer_s")
+    phases = {k: v for k in parts if (v := _seconds(estimate, k)) is not None}
+    error = (
+        (predicted - result.step_time_s) / result.step_time_s * 100
+        if predicted and result.step_time_s
+        else None
+    )
+    return Prediction(step_time_s=predicted, phases=phases, error_pct=error)
+
+
+def _seconds(estimate: Any, name: str) -> float | None:
+    value = estimate.get(name) if isinstance(estimate, dict) else getattr(estimate, name, None)
+    return float(value) if isinstance(value, (int, float)) else None

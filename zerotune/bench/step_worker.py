@@ -1,0 +1,335 @@
+"""One rank of `zerotune bench`: real DeepSpeed training steps on the proxy decoder.
+
+Run by zerotune.launch as `python -m zerotune.bench.step_worker` in every rank (the task comes
+from zerotune.bench.run). The rank:
+
+1. joins the process group itself (gloo on CPU, nccl on GPU, with a timeout on every collective),
+2. builds the proxy decoder (deterministic for the seed) and `deepspeed.initialize`s it with the
+   task's config and a torch optimizer,
+3. runs `warmup` steps, then `steps` *unlogged* steps (true step time; DeepSpeed's global timers
+   'fwd'/'bwd'/'step' with wall_clock_breakdown give the phases), then `logged_steps` with
+   DeepSpeed's comms logger on (per-collective records) and per-module timing marks,
+4. writes its losses, timings, collectives, compute marks and peak memory.
+
+Collective latency: the comms logger stops a per-name timer after each call and appends
+`timers(name).elapsed(reset=False)`, which is cumulative over every call of that name
+(deepspeed/comm/comm.py `timed_op` + utils/timer.py in 0.19.8). The per-call latency is the last
+entry of that timer's `elapsed_records`, which is what is recorded here.
+
+Module timing: a forward pre/post hook brackets each module's forward; an identity autograd
+function on its output marks when its gradient arrives, i.e. when its backward starts. The
+backward of module i therefore runs from its mark to the mark of module i-1 (the embedding's to
+the end of `engine.backward`). Collectives issued inside an interval are subtracted from it.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import sys
+import time
+import traceback
+from datetime import timedelta
+from typing import Any
+
+from zerotune.launch import report_step, worker_rank, worker_task, write_result
+
+_OPTIMIZERS = {"adamw": "AdamW", "adam": "Adam", "sgd": "SGD", "adagrad": "Adagrad"}
+
+
+def main() -> None:
+    rank, world = worker_rank()
+    task = worker_task()
+    try:
+        write_result(_run(task, rank, world))
+    except BaseException as exc:  # one clear last line for the parent, then a non-zero exit
+        traceback.print_exc()
+        sys.stderr.write(f"{type(exc).__name__}: {_first_line(exc)}\n")
+        sys.stderr.flush()
+        os._exit(1)
+    # Skip interpreter teardown: DeepSpeed/gloo atexit handlers can block on a finished peer.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else repr(exc)
+
+
+def _rss_bytes() -> int:
+    """Peak resident set size of this process (Linux reports ru_maxrss in KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def _run(task: dict[str, Any], rank: int, world: int) -> dict[str, Any]:
+    report_step("import torch")
+    import torch
+    import torch.distributed as tdist
+
+    cuda = task["device"] == "cuda"
+    if cuda:
+        torch.cuda.set_device(rank)
+    report_step("init process group")
+    tdist.init_process_group(
+        "nccl" if cuda else "gloo",
+        init_method="env://",
+        timeout=timedelta(seconds=float(task["collective_timeout_s"])),
+    )
+    torch.set_num_threads(max(1, int(task.get("threads_per_rank") or 1)))
+    baseline = _rss_bytes() if not cuda else 0
+
+    report_step("import deepspeed")
+    import deepspeed
+    import deepspeed.comm.comm as dscomm
+    import deepspeed.ops
+
+    # DeepSpeed's CPU backend JIT-compiles a shared-memory all-reduce op (about a minute) when the
+    # op counts as compatible (deepspeed/comm/torch.py build_shm_op); plain gloo is what we measure.
+    deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
+
+    from zerotune.bench.decoder import build_decoder
+    from zerotune.schema.model import ModelSpec
+
+    report_step("build proxy model")
+    spec = ModelSpec.model_validate(task["spec"])
+    model = build_decoder(spec, seed=int(task["seed"]))
+    counted = sum(p.numel() for p in model.parameters())
+    if counted != spec.params:
+        raise AssertionError(f"proxy has {counted} parameters, the spec says {spec.params}")
+    device = torch.device("cuda", rank) if cuda else torch.device("cpu")
+    model = model.to(device)
+    opt = task["optimizer"]
+    optimizer = getattr(torch.optim, _OPTIMIZERS[opt["type"]])(model.parameters(), **opt["params"])
+
+    report_step("deepspeed.initialize")
+    engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=task["config"])
+    clock = _Clock(torch, cuda)
+    marks = _Marks(clock)
+    handles = marks.attach(engine.module.timed_modules(), task["layer_names"])
+    recorder = _CommRecorder(dscomm, clock)
+
+    batches = _Batches(torch, task, rank, device)
+    grad_accum = int(task["grad_accum"])
+    losses: list[float] = []
+    step_times: list[float] = []
+    timer_rows: list[dict[str, float]] = []
+    logged_times: list[float] = []
+    logged_steps: list[dict[str, Any]] = []
+    total = int(task["warmup"]) + int(task["steps"]) + int(task["logged_steps"])
+    for step in range(total):
+        logged = step >= int(task["warmup"]) + int(task["steps"])
+        report_step(f"step {step + 1}/{total}" + (" (comms logged)" if logged else ""))
+        marks.enabled = logged
+        recorder.start() if logged else recorder.stop()
+        tdist.barrier()
+        clock.sync()
+        start = time.perf_counter()
+        marks.reset(start)
+        recorder.reset(start)
+        step_losses = []
+        for micro in range(grad_accum):
+            inputs, labels = batches.get(step * grad_accum + micro)
+            recorder.phase = "forward"
+            loss = engine(inputs, labels)
+            recorder.phase = "backward"
+            marks.backward_started()
+            engine.backward(loss)
+            marks.backward_ended()
+            recorder.phase = "step"
+            marks.step_started()
+            engine.step()
+            marks.step_ended()
+            step_losses.append(float(loss.detach().float().item()))
+        clock.sync()
+        elapsed = time.perf_counter() - start
+        losses.append(sum(step_losses) / len(step_losses))
+        if logged:
+            logged_times.append(elapsed)
+            logged_steps.append({"comms": recorder.take(), **marks.take()})
+        elif step >= int(task["warmup"]):
+            step_times.append(elapsed)
+            timers = engine.get_wall_clock_timers()  # ms, this step's accumulation window
+            timer_rows.append({k: timers.get(k, 0.0) / 1e3 for k in ("fwd", "bwd", "step")})
+    recorder.stop()
+    for handle in handles:
+        handle.remove()
+
+    report_step("finish")
+    if cuda:
+        peak, method = torch.cuda.max_memory_allocated(device), "torch.cuda.max_memory_allocated"
+    else:
+        peak, method = _rss_bytes(), "peak RSS of the rank process (getrusage ru_maxrss)"
+    tdist.barrier()
+    return {
+        "rank": rank,
+        "world": world,
+        "losses": losses,
+        "step_times_s": step_times,
+        "timers_s": timer_rows,
+        "logged_step_times_s": logged_times,
+        "logged_steps": logged_steps,
+        "peak_memory_bytes": int(peak),
+        "baseline_memory_bytes": int(baseline),
+        "memory_method": method,
+        "device": torch.cuda.get_device_name(device) if cuda else "cpu",
+        "backend": "nccl" if cuda else "gloo",
+        "deepspeed_version": deepspeed.__version__,
+        "torch_version": torch.__version__,
+    }
+
+
+class _Clock:
+    """perf_counter, synchronising the device first on GPU so host stamps bracket the kernels."""
+
+    def __init__(self, torch: Any, cuda: bool) -> None:
+        self._torch, self._cuda = torch, cuda
+
+    def sync(self) -> None:
+        if self._cuda:
+            self._torch.cuda.synchronize()
+
+    def now(self) -> float:
+        self.sync()
+        return time.perf_counter()
+
+
+class _Batches:
+    """Deterministic token batches: the same for every stage, different per rank.
+
+    Steps cycle over `data_batches` batches so that the model sees data again and the loss falls
+    measurably within a few steps (a parity check needs losses that move)."""
+
+    def __init__(self, torch: Any, task: dict[str, Any], rank: int, device: Any) -> None:
+        self._torch, self._device = torch, device
+        self._rank, self._seed = rank, int(task["seed"])
+        self._shape = (int(task["micro_batch"]), int(task["seq_len"]) + 1)
+        self._vocab = int(task["spec"]["vocab_size"])
+        self._cycle = int(task.get("data_batches") or 4)
+
+    def get(self, index: int) -> tuple[Any, Any]:
+        gen = self._torch.Generator().manual_seed(
+            self._seed * 1_000_003 + self._rank * 7919 + index % self._cycle
+        )
+        tokens = self._torch.randint(0, self._vocab, self._shape, generator=gen).to(self._device)
+        return tokens[:, :-1], tokens[:, 1:]
+
+
+class _CommRecorder:
+    """Wraps DeepSpeed's comms logger to keep every call in order with its time and phase."""
+
+    def __init__(self, dscomm: Any, clock: _Clock) -> None:
+        self._dscomm, self._clock = dscomm, clock
+        self._events: list[dict[str, Any]] = []
+        self._origin = 0.0
+        self.phase = "forward"
+        logger = dscomm.comms_logger
+        original = logger.append
+
+        def append(raw_name: str, record_name: str, latency: float, msg_size: int) -> None:
+            original(raw_name, record_name, latency, msg_size)
+            records = dscomm.timers(record_name).elapsed_records or [latency]
+            call_s = records[-1] / 1e3  # per-call ms (`latency` is cumulative, see module doc)
+            end = time.perf_counter() - self._origin
+            self._events.append(
+                {
+                    "op": raw_name,
+                    "bytes": int(msg_size),
+                    "latency_s": call_s,
+                    "start_s": end - call_s,
+                    "phase": self.phase,
+                }
+            )
+
+        logger.append = append
+
+    def start(self) -> None:
+        self._dscomm.configure(enabled=True, prof_all=True, verbose=False)
+
+    def stop(self) -> None:
+        self._dscomm.configure(enabled=False)
+
+    def reset(self, origin: float) -> None:
+        self._origin, self._events = origin, []
+
+    def take(self) -> list[dict[str, Any]]:
+        events, self._events = self._events, []
+        return events
+
+
+class _Marks:
+    """Forward brackets and backward-start marks of each timed module (see module doc)."""
+
+    def __init__(self, clock: _Clock) -> None:
+        self._clock = clock
+        self.enabled = False
+        self._origin = 0.0
+        self._names: list[str] = []
+        self._rows: dict[str, list[float]] = {}
+
+    def attach(self, modules: list[Any], names: list[str]) -> list[Any]:
+        import torch
+
+        class GradMark(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx: Any, x: Any, callback: Any) -> Any:
+                ctx.callback = callback
+                return x.view_as(x)
+
+            @staticmethod
+            def backward(ctx: Any, grad: Any) -> Any:
+                ctx.callback()
+                return grad, None
+
+        self._names = list(names)
+        handles = []
+        for index, module in enumerate(modules):
+
+            def pre(mod: Any, args: Any, index: int = index) -> None:
+                if self.enabled:
+                    self._stamp("fwd_start", index)
+
+            def post(mod: Any, args: Any, output: Any, index: int = index) -> Any:
+                if not self.enabled:
+                    return None
+                self._stamp("fwd_end", index)
+                if isinstance(output, torch.Tensor) and output.requires_grad:
+                    return GradMark.apply(output, lambda index=index: self._stamp("bwd_start", index))
+                return None
+
+            handles.append(module.register_forward_pre_hook(pre))
+            handles.append(module.register_forward_hook(post))
+        return handles
+
+    def _stamp(self, kind: str, index: int) -> None:
+        self._rows[kind][index].append(self._clock.now() - self._origin)
+
+    def _event(self, kind: str) -> None:
+        if self.enabled:
+            self._rows[kind].append(self._clock.now() - self._origin)
+
+    def reset(self, origin: float) -> None:
+        self._origin = origin
+        n = len(self._names)
+        self._rows = {k: [[] for _ in range(n)] for k in ("fwd_start", "fwd_end", "bwd_start")}
+        self._rows.update({k: [] for k in ("bwd_begin", "bwd_end", "step_start", "step_end")})
+
+    def backward_started(self) -> None:
+        self._event("bwd_begin")
+
+    def backward_ended(self) -> None:
+        self._event("bwd_end")
+
+    def step_started(self) -> None:
+        self._event("step_start")
+
+    def step_ended(self) -> None:
+        self._event("step_end")
+
+    def take(self) -> dict[str, Any]:
+        return {"marks": self._rows, "names": self._names}
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,147 @@
+"""Tables and the ASCII compute/communication timeline for `zerotune bench` (pure builders)."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from zerotune.bench.result import BenchResult
+from zerotune.units import fmt_bytes, fmt_count, fmt_seconds
+
+_PHASE_CHAR = {"forward": "F", "backward": "B", "step": "S"}
+_BUCKET_CHARS = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+def summary_table(result: BenchResult) -> Table:
+    proxy = result.proxy
+    spec = proxy.model
+    table = Table(title="zerotune bench", show_header=False, title_justify="left")
+    table.add_column("what", style="bold", no_wrap=True)
+    table.add_column("value")
+    table.add_row(
+        "proxy",
+        f"{spec['name']}: {fmt_count(sum(sum(layer['tensors']) for layer in spec['layers']))} params, "
+        f"hidden {spec['hidden_size']}, {spec['num_heads']}/{spec['num_kv_heads']} heads x {spec['head_dim']}, "
+        f"FFN {spec['ffn_size']}, vocab {spec['vocab_size']} (width x{proxy.width_scale:g})",
+    )
+    table.add_row(
+        "job",
+        f"ZeRO stage {result.stage}, {result.nproc} x {result.device} ({result.backend}), {proxy.dtype}, "
+        f"seq {proxy.seq_len}, micro-batch {proxy.micro_batch}, accum {proxy.grad_accum}",
+    )
+    table.add_row(
+        "step time",
+        f"{fmt_seconds(result.step_time_s)} median of {len(result.step_times_s)} "
+        f"(comms logged: {fmt_seconds(result.logged_step_time_s)})",
+    )
+    ph = result.phases
+    table.add_row(
+        "phases",
+        f"forward {fmt_seconds(ph.forward_s)}, backward {fmt_seconds(ph.backward_s)}, "
+        f"optimizer step {fmt_seconds(ph.step_s)}",
+    )
+    peaks = ", ".join(fmt_bytes(b) for b in result.memory.peak_bytes)
+    table.add_row("peak memory", f"{peaks} ({result.memory.method})")
+    table.add_row("versions", f"deepspeed {result.deepspeed_version}, torch {result.torch_version}")
+    pred = result.prediction
+    if pred is not None and pred.step_time_s is not None:
+        err = f", error {pred.error_pct:+.1f}%" if pred.error_pct is not None else ""
+        table.add_row(
+            "predicted", f"{fmt_seconds(pred.step_time_s)} vs measured {fmt_seconds(result.step_time_s)}{err}"
+        )
+    elif pred is not None and pred.note:
+        table.add_row("predicted", pred.note)
+    for note in result.notes:
+        table.add_row("note", note)
+    return table
+
+
+def collectives_table(result: BenchResult) -> Table:
+    table = Table(title="collectives per optimizer step (rank 0, comms logger)", title_justify="left")
+    table.add_column("phase", no_wrap=True)
+    table.add_column("op", no_wrap=True)
+    table.add_column("message", justify="right")
+    table.add_column("calls", justify="right")
+    table.add_column("mean latency", justify="right")
+    table.add_column("total", justify="right")
+    for c in result.collectives:
+        table.add_row(
+            c.phase or "",
+            c.op,
+            fmt_bytes(c.bytes),
+            f"{c.count:g}",
+            fmt_seconds(c.mean_latency_s),
+            fmt_seconds(c.total_s),
+        )
+    return table
+
+
+def layers_table(result: BenchResult) -> Table:
+    table = Table(title="compute per micro-batch (collectives subtracted)", title_justify="left")
+    table.add_column("module", no_wrap=True)
+    table.add_column("forward", justify="right")
+    table.add_column("backward", justify="right")
+    for layer in result.layers:
+        table.add_row(layer.name, fmt_seconds(layer.forward_s), fmt_seconds(layer.backward_s))
+    return table
+
+
+def parity_table(result: BenchResult) -> Table | None:
+    parity = result.parity
+    if parity is None:
+        return None
+    verdict = "agree" if parity.agree else "DIFFER"
+    table = Table(
+        title=f"loss parity across stages: {verdict} (max relative difference {parity.max_rel_diff:.2e}, "
+        f"tolerance {parity.rtol:.0e})",
+        title_justify="left",
+    )
+    table.add_column("stage", justify="right")
+    table.add_column("step time", justify="right")
+    table.add_column("losses per step")
+    for run in parity.stages:
+        table.add_row(str(run.stage), fmt_seconds(run.step_time_s), " ".join(f"{x:.6f}" for x in run.losses))
+    return table
+
+
+def timeline(result: BenchResult, width: int = 72) -> str:
+    """Two lanes over one logged step: compute (F forward, B backward, S optimizer step) and the
+    collectives (one character per call: its index in the legend below). On a CPU (no streams)
+    DeepSpeed's reductions block the training thread, so the lanes alternate instead of overlapping.
+    """
+    segments, calls = result.timeline, result.buckets
+    ends = [s.end_s for s in segments] + [c.start_s + c.latency_s for c in calls]
+    if not ends:
+        return "(no timeline recorded)"
+    span = max(ends) or 1.0
+    bin_s = span / width
+    compute = [" "] * width
+    comm = [" "] * width
+
+    def covered(t: float) -> bool:
+        return any(c.start_s <= t < c.start_s + c.latency_s for c in calls)
+
+    for i in range(width):
+        t = (i + 0.5) * bin_s
+        if covered(t):
+            continue
+        for seg in segments:
+            if seg.start_s <= t < seg.end_s:
+                compute[i] = _PHASE_CHAR[seg.phase]
+    for c in calls:
+        char = _BUCKET_CHARS[c.index % len(_BUCKET_CHARS)]
+        first = min(width - 1, int(c.start_s / bin_s))
+        last = max(first, min(width - 1, int((c.start_s + c.latency_s) / bin_s - 1e-9)))
+        for i in range(first, last + 1):
+            comm[i] = char
+    lines = [
+        f"timeline of one step (rank 0, comms logged), {fmt_seconds(span)} wide, one column = {fmt_seconds(bin_s)}",
+        f"compute |{''.join(compute)}|",
+        f"comm    |{''.join(comm)}|",
+    ]
+    for c in calls:
+        char = _BUCKET_CHARS[c.index % len(_BUCKET_CHARS)]
+        lines.append(
+            f"  {char} {c.op:<24} {fmt_bytes(c.bytes):>11} {c.phase:<8} at {fmt_seconds(c.start_s):>9} "
+            f"for {fmt_seconds(c.latency_s)}"
+        )
+    return "\n".join(lines)
