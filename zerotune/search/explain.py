@@ -1,0 +1,489 @@
+"""Why the search chose what it chose: one reason per emitted key, and the binding constraint.
+
+Every reason names its evidence: the model's layer sizes, the profile's measured bandwidth,
+the predicted memory of the alternatives that did not fit, and the predicted step-time cost of
+the neighbouring grid values (re-evaluated through the search's memoised evaluator, so the
+numbers are the same models the ranking used).
+
+The binding constraint is
+- "memory" when a configuration that shards or offloads less than the chosen one (a lower rung
+  of LADDER) fits nowhere: the summary says which and by how much it is over;
+- otherwise what bounds the predicted step: "bandwidth" when exposed communication is more than
+  BANDWIDTH_SHARE of the step (or the step model calls it communication-bound), "offload" /
+  "optimizer" when the step model says so, else "compute".
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from zerotune.dsconfig.emit import ZERO_KEYS
+from zerotune.search.objective import MEMORY_TOLERANCE
+from zerotune.search.rank import Evaluation, SearchResult
+from zerotune.search.space import Candidate, busbw_at, knobs_for
+from zerotune.units import DTYPE_BYTES, GiB, fmt_bytes, fmt_count
+
+BANDWIDTH_SHARE = 0.10
+"""Exposed communication above this share of the step makes bandwidth the binding constraint."""
+
+LADDER: tuple[tuple[int, str, str], ...] = (
+    (0, "none", "none"),
+    (1, "none", "none"),
+    (2, "none", "none"),
+    (3, "none", "none"),
+    (1, "cpu", "none"),
+    (2, "cpu", "none"),
+    (3, "cpu", "none"),
+    (3, "cpu", "cpu"),
+    (3, "nvme", "none"),
+    (3, "nvme", "nvme"),
+)
+"""(stage, offload_optimizer, offload_param) from least to most memory-saving (and, roughly,
+from least to most communication/transfer per step)."""
+
+
+@dataclass(frozen=True)
+class Explanation:
+    summary: tuple[str, ...]
+    binding: str
+    """"memory" | "bandwidth" | "compute" | "offload" | "optimizer" """
+    binding_detail: str
+    reasons: dict[str, str]
+    """dotted DeepSpeed key -> why this value"""
+
+
+def group_label(key: tuple[int, str, str]) -> str:
+    stage, opt, par = key
+    names = {"cpu": "CPU", "nvme": "NVMe"}
+    if opt == "none":
+        return f"stage {stage} without offload"
+    if par == "none":
+        return f"stage {stage} + {names[opt]} optimizer offload"
+    return f"stage {stage} + {names[opt]} optimizer and {names[par]} parameter offload"
+
+
+def _gib(n: float) -> str:
+    return f"{n / GiB:.1f} GiB"
+
+
+def _pct(x: float) -> str:
+    return f"{x * 100:+.1f}%"
+
+
+def _ordinal(k: int) -> str:
+    suffix = "th" if 10 <= k % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(k % 10, "th")
+    return f"{k}{suffix}"
+
+
+def _capacity(result: SearchResult) -> int | None:
+    gpu = result.hardware.gpu
+    return gpu.memory_bytes if gpu is not None else None
+
+
+def _over(result: SearchResult, ev: Evaluation) -> str:
+    """'needs 95.3 GiB per GPU (+10% margin: 104.8 GiB) vs 80.0 GiB, 24.8 GiB over'."""
+    cap = _capacity(result)
+    need = ev.per_gpu_bytes
+    margin = result.request.safety_margin
+    if ev.reject == "host":
+        ram = result.hardware.host.ram_bytes or 0
+        return (
+            f"needs {_gib(ev.memory.cpu_bytes_per_node)} of host RAM per node (+{margin:.0%} margin) "
+            f"vs {_gib(ram)}"
+        )
+    if cap is None:
+        return f"needs {_gib(need)} per GPU"
+    padded = need * (1 + margin)
+    return (
+        f"needs {_gib(need)} per GPU (+{margin:.0%} margin: {_gib(padded)}) vs {_gib(cap)}, "
+        f"{_gib(padded - cap)} over"
+    )
+
+
+def binding_constraint(result: SearchResult, best: Evaluation) -> tuple[str, str]:
+    """(kind, one-line detail) — see the module docstring.
+
+    Memory binds when a less-sharded option (a lower LADDER rung) fits nowhere and, predicted
+    for the same batch split regardless of memory, would be faster than the choice.
+    """
+    cand = best.candidate
+    chosen = (cand.stage, *cand.offload)
+    rung = LADDER.index(chosen) if chosen in LADDER else len(LADDER)
+    blocked = [k for k in LADDER[:rung] if k in result.groups and result.groups[k].fitting == 0]
+    faster = []
+    for k in blocked:
+        stage, opt, par = k
+        alt = result.space.representative(cand.with_(stage=stage, offload_optimizer=opt, offload_param=par))
+        ev = result.evaluate.unconstrained(alt)
+        if ev.tokens_per_s > best.tokens_per_s * 1.01:
+            faster.append((ev.tokens_per_s, k, ev))
+    if faster:
+        tps, k, ev = max(faster, key=lambda r: LADDER.index(r[1]))  # the nearest rung below the choice
+        names = ", ".join(group_label(b) for b in blocked)
+        return "memory", (
+            f"memory: {names} cannot fit; {group_label(k)} would run at {tps:,.0f} tokens/s "
+            f"({_pct(tps / best.tokens_per_s - 1)}) but {_over(result, ev)}"
+        )
+    step = best.step
+    share = step.exposed_comm_s / step.step_time_s if step.step_time_s else 0.0
+    if step.bottleneck == "communication" or share > BANDWIDTH_SHARE:
+        return "bandwidth", (
+            f"bandwidth: {share:.0%} of the step is exposed communication "
+            f"({step.exposed_comm_s:.3g} s of {step.step_time_s:.3g} s; {step.comm_s:.3g} s on the comm stream)"
+        )
+    if step.bottleneck in ("offload", "optimizer"):
+        part = step.offload_s if step.bottleneck == "offload" else step.optimizer_s
+        return step.bottleneck, (
+            f"{step.bottleneck}: {part:.3g} s of the {step.step_time_s:.3g} s step "
+            f"({'PCIe/NVMe transfers' if step.bottleneck == 'offload' else 'the optimizer step'})"
+        )
+    return "compute", (
+        f"compute: no faster option is ruled out by memory, and the step is compute-bound "
+        f"({step.compute_s:.3g} s compute, {step.exposed_comm_s:.3g} s exposed communication "
+        f"of {step.step_time_s:.3g} s)"
+    )
+
+
+def _alternatives(result: SearchResult, best: Evaluation, field: str, values: tuple) -> str:
+    """How the neighbours on `field`'s grid compare with the chosen value."""
+    chosen = getattr(best.candidate, field)
+    rows = []
+    for value in values:
+        if value == chosen:
+            continue
+        rows.append((value, result.evaluate(best.candidate.with_(**{field: value}))))
+    if not rows:
+        return ""
+    fmt = _fmt_value
+    parts = []
+    fitting = [(v, ev) for v, ev in rows if ev.fits]
+    if fitting:
+        if result.request.objective == "memory":
+            v, ev = min(fitting, key=lambda r: (r[1].per_gpu_bytes, r[0]))
+            parts.append(
+                f"next {fmt(v)}: {_pct(ev.per_gpu_bytes / best.per_gpu_bytes - 1)} memory, "
+                f"{_pct(ev.step_time_s / best.step_time_s - 1)} step time"
+            )
+        else:
+            v, ev = min(fitting, key=lambda r: (r[1].step_time_s, r[0]))
+            parts.append(
+                f"best alternative {fmt(v)}: {_pct(ev.step_time_s / best.step_time_s - 1)} step time"
+            )
+    nofit = [v for v, ev in rows if not ev.fits]
+    if nofit:
+        parts.append(f"{', '.join(fmt(v) for v in nofit)} would not fit")
+    return f"{len(rows) + 1} values tried; " + "; ".join(parts)
+
+
+def _fmt_value(v: object) -> str:
+    if isinstance(v, bool):
+        return "on" if v else "off"
+    if isinstance(v, int) and v >= 10_000:
+        return fmt_count(v)
+    return str(v)
+
+
+def _fmt_ratio(x: float) -> str:
+    return f"{x:.2g}" if x < 10 else f"{x:.0f}"
+
+
+def explain(result: SearchResult, best: Evaluation | None = None) -> Explanation:
+    """Reasons and summary for `best` (default: the winner)."""
+    best = best or result.best
+    if best is None:
+        raise ValueError("nothing fits: no explanation to give")
+    cand = best.candidate
+    model, hw = result.model, result.hardware
+    world = result.workload.world_size
+    elem = DTYPE_BYTES[cand.precision]
+    block = model.block_params
+    layers = len(model.blocks)
+    reasons: dict[str, str] = {}
+    binding, binding_detail = binding_constraint(result, best)
+
+    # --- batch
+    tokens = cand.micro_batch * cand.grad_accum * world * result.request.seq_len
+    reasons["train_batch_size"] = (
+        f"= micro-batch {cand.micro_batch} x accumulation {cand.grad_accum} x {world} ranks "
+        f"(DeepSpeed asserts this product); {tokens:,} tokens per step at seq_len {result.request.seq_len} "
+        f"for a target of {result.request.global_batch_tokens:,} (--global-batch-tokens)"
+    )
+    mb_values = tuple(sorted({m for m, _ in result.space.splits}))
+    alt = []
+    for m, g in result.space.splits:
+        if m == cand.micro_batch:
+            continue
+        ev = result.evaluate(cand.with_(micro_batch=m, grad_accum=g))
+        alt.append((m, ev))
+    bigger_nofit = [m for m, ev in alt if not ev.fits and m > cand.micro_batch]
+    faster = [(m, ev) for m, ev in alt if ev.fits]
+    text = f"sequences per rank per forward; tried {', '.join(map(str, mb_values))}"
+    if bigger_nofit:
+        smallest = min(bigger_nofit)
+        ev = next(e for m, e in alt if m == smallest)
+        text += f"; {smallest} {_over(result, ev)}"
+    if faster:
+        m, ev = max(faster, key=lambda r: (r[1].tokens_per_s, -r[0]))
+        text += f"; best alternative {m}: {_pct(ev.tokens_per_s / best.tokens_per_s - 1)} tokens/s"
+    reasons["train_micro_batch_size_per_gpu"] = text
+    reasons["gradient_accumulation_steps"] = (
+        f"micro-steps per optimizer step to reach ~{result.request.global_batch_tokens:,} tokens "
+        f"({cand.grad_accum} x {cand.micro_batch} x {world} sequences of {result.request.seq_len})"
+    )
+    reasons["gradient_clipping"] = (
+        "1.0, DeepSpeed 0.19's default (0.16 had 0.0), written out so it is visible; HF Trainer's "
+        "max_grad_norm default is also 1.0"
+    )
+
+    # --- precision and optimizer
+    gpu = hw.gpu
+    if cand.precision == "bf16":
+        why = f"{gpu.name} supports bf16" if gpu else "bf16"
+        if gpu and gpu.compute_capability:
+            why += f" (compute capability {gpu.compute_capability} >= 8.0)"
+        reasons["bf16.enabled"] = why + "; no loss scaling needed, same memory and speed as fp16"
+    elif cand.precision == "fp16":
+        reasons["fp16.enabled"] = f"{gpu.name if gpu else 'this GPU'} has no bf16 (compute capability < 8.0)"
+        reasons["fp16.loss_scale"] = "0 = dynamic loss scaling (required for stable fp16 training)"
+        reasons["fp16.initial_scale_power"] = "initial scale 2^16, DeepSpeed's default"
+    else:
+        reasons["bf16.enabled"] = (
+            "false: fp32 on a host without GPUs (bf16 matmuls are ~150x slower on CPU, fp16 unsupported)"
+        )
+    offloaded = cand.offload_optimizer != "none"
+    reasons["optimizer.type"] = (
+        "AdamW; under optimizer offload DeepSpeed builds DeepSpeedCPUAdam (AVX CPU Adam) from this section"
+        if offloaded
+        else "AdamW; DeepSpeed builds FusedAdam on GPU from this section (torch AdamW on CPU hosts)"
+    )
+    reasons["optimizer.params.lr"] = "Llama 2's 7B/13B peak lr (arXiv 2307.09288 §2.2): set your own"
+    reasons["optimizer.params.betas"] = "Llama 2 pre-training betas (0.9, 0.95)"
+    reasons["optimizer.params.eps"] = "Llama 2 pre-training eps 1e-5"
+    reasons["optimizer.params.weight_decay"] = "Llama 2 pre-training weight decay 0.1"
+    reasons["steps_per_print"] = "logging interval only"
+    reasons["wall_clock_breakdown"] = "timers off (they synchronise the GPU every step)"
+
+    # --- stage and offload
+    groups = result.groups
+    key = (cand.stage, *cand.offload)
+    others = []
+    for k in LADDER:
+        g = groups.get(k)
+        if g is None or k == key:
+            continue
+        if g.best is not None:
+            others.append(f"{group_label(k)}: {_pct(g.best.tokens_per_s / best.tokens_per_s - 1)} tokens/s")
+        elif g.smallest is not None:
+            others.append(f"{group_label(k)} does not fit ({_over(result, g.smallest)})")
+    choice = "the best" if result.request.objective != "memory" else "the smallest within 5% of the best"
+    reasons["zero_optimization.stage"] = (
+        f"{group_label(key)} is {choice} predicted configuration ({result.request.objective}); "
+        + "; ".join(others[:4])
+    )
+    if offloaded:
+        reasons["zero_optimization.offload_optimizer.device"] = (
+            f"{cand.offload_optimizer}: optimizer states and the Adam step move to the host "
+            f"({_gib(best.memory.cpu_bytes_per_node)} host RAM per node predicted); "
+            f"{_over_no_offload(result, cand)}"
+        )
+        reasons["zero_optimization.offload_optimizer.pin_memory"] = (
+            "page-locked host buffers: full-speed PCIe DMA (DeepSpeed 0.19's default, written out)"
+        )
+    if cand.stage == 3 and cand.offload_param != "none":
+        reasons["zero_optimization.offload_param.device"] = (
+            f"{cand.offload_param}: 16-bit parameter partitions live on the host and stream in per layer"
+        )
+        reasons["zero_optimization.offload_param.pin_memory"] = (
+            "page-locked host buffers (always pinned for cpu)"
+        )
+    for sect in ("offload_optimizer", "offload_param"):
+        reasons[f"zero_optimization.{sect}.nvme_path"] = (
+            "placeholder: point it at a local NVMe mount (DeepSpeed asserts it is set for nvme)"
+        )
+
+    # --- communication knobs
+    if cand.stage > 0:
+        reasons["zero_optimization.reduce_scatter"] = (
+            "each rank receives only its gradient shard: half the bytes of an all-reduce"
+        )
+        reasons["zero_optimization.reduce_bucket_size"] = _reduce_reason(result, best, elem, block, layers)
+        reasons["zero_optimization.overlap_comm"] = (
+            (
+                "on: gradient reductions run on a side stream while backward continues"
+                if cand.overlap_comm
+                else "off: reductions run after the bucket fills, on the compute stream"
+            )
+            + "; "
+            + _alternatives(result, best, "overlap_comm", (True, False))
+        )
+        reasons["zero_optimization.contiguous_gradients"] = (
+            (
+                "on: gradients are copied into one preallocated buffer (no fragmentation)"
+                if cand.contiguous_gradients
+                else "off: saves the preallocated gradient buffer"
+            )
+            + "; "
+            + _alternatives(result, best, "contiguous_gradients", (True, False))
+        )
+    if cand.stage in (1, 2):
+        reasons["zero_optimization.allgather_bucket_size"] = (
+            f"{fmt_count(cand.allgather_bucket_size)} elements (even, as the stage 1/2 optimizer asserts); "
+            "unused by DeepSpeed 0.19.8 on torch >= 1.13, which gathers each flat group in one "
+            "all_gather_into_tensor call (DEEPSPEED_FACTS §4.1)"
+        )
+    if cand.stage == 3:
+        g = result.space.grids
+        pf = cand.prefetch_bucket_size
+        bw = busbw_at(hw, "all_gather", pf * elem)
+        bw_text = f", {bw[0] / bw[1]:.0%} of peak all-gather busbw at {fmt_bytes(pf * elem)}" if bw else ""
+        reasons["zero_optimization.stage3_prefetch_bucket_size"] = (
+            f"{fmt_count(pf)} elements = {_fmt_ratio(pf / block)} layers of {model.name} ({fmt_count(block)} "
+            f"params/layer): the next layer's all-gather starts while this one computes{bw_text}; "
+            + _alternatives(result, best, "prefetch_bucket_size", g.prefetch_bucket)
+        )
+        reasons["zero_optimization.stage3_param_persistence_threshold"] = (
+            _persistence_reason(model, cand.param_persistence_threshold, elem)
+            + "; "
+            + _alternatives(result, best, "param_persistence_threshold", g.persistence)
+        )
+        ml = cand.max_live_parameters
+        reasons["zero_optimization.stage3_max_live_parameters"] = (
+            f"{fmt_count(ml)} elements = {_fmt_ratio(ml / block)} layers ({fmt_bytes(ml * elem)}) may be gathered at "
+            "once: caps prefetch; " + _alternatives(result, best, "max_live_parameters", g.max_live)
+        )
+        rd = cand.max_reuse_distance
+        reasons["zero_optimization.stage3_max_reuse_distance"] = (
+            (
+                f"{fmt_count(rd)} elements: parameters needed again within {_fmt_ratio(rd / block)} layers stay "
+                "gathered instead of being re-fetched"
+                if rd
+                else "0: every parameter is released after use and re-gathered in backward (least memory)"
+            )
+            + "; "
+            + _alternatives(result, best, "max_reuse_distance", g.max_reuse)
+        )
+        sg = cand.sub_group_size
+        reasons["zero_optimization.sub_group_size"] = (
+            f"the optimizer steps this rank's partition in sub-groups of {fmt_count(sg)} elements "
+            f"(fp32 buffer up to {fmt_bytes(min(sg, model.params / world) * 4)}); "
+            + _alternatives(result, best, "sub_group_size", g.sub_group)
+        )
+        reasons["zero_optimization.stage3_gather_16bit_weights_on_model_save"] = (
+            "true: save_16bit_model() / HF save_pretrained write one full 16-bit checkpoint that "
+            "from_pretrained can load (false saves only ZeRO shards)"
+        )
+
+    # --- summary
+    mem = best.memory
+    cap = mem.gpu_capacity_bytes
+    fit_text = (
+        f"{_gib(best.per_gpu_bytes)} per GPU of {_gib(cap)} (fits with the {result.request.safety_margin:.0%} margin)"
+        if cap
+        else f"{_gib(best.per_gpu_bytes)} per rank (no GPU capacity to check against)"
+    )
+    mfu = f", MFU {best.step.mfu:.0%}" if best.step.mfu is not None else ""
+    gpu_text = f"{hw.nodes * hw.gpus_per_node}x {gpu.name}" if gpu and hw.has_gpus else f"{world} CPU ranks"
+    s = result.stats
+    summary = (
+        f"{model.name} ({fmt_count(model.params)} params) on {hw.name} ({gpu_text}): {group_label(key)}, "
+        f"micro-batch {cand.micro_batch} x accumulation {cand.grad_accum}, activation checkpointing "
+        f"{'on' if cand.checkpointing else 'off'}, {cand.precision}",
+        f"predicted: {best.step_time_s:.3g} s per step, {best.tokens_per_s:,.0f} tokens/s{mfu}; {fit_text}",
+        f"binding constraint: {binding_detail}",
+        f"activation checkpointing {'on' if cand.checkpointing else 'off'}: "
+        + _checkpointing_reason(result, best),
+        f"search: {s.candidates:,} candidates, {s.pruned:,} pruned by memory, {s.step_predictions:,} step-time "
+        f"predictions, {s.wall_s:.2f} s",
+    )
+    if result.request.objective == "memory":
+        summary += (
+            f"objective memory: least per-GPU memory within {MEMORY_TOLERANCE:.0%} of the best throughput",
+        )
+    return Explanation(summary, binding, binding_detail, reasons)
+
+
+def _over_no_offload(result: SearchResult, cand: Candidate) -> str:
+    g = result.groups.get((cand.stage, "none", "none"))
+    if g is None:
+        return ""
+    if g.fitting == 0 and g.smallest is not None:
+        return f"without offload stage {cand.stage} {_over(result, g.smallest)}"
+    if g.best is not None:
+        return f"without offload stage {cand.stage} fits but predicts {g.best.tokens_per_s:,.0f} tokens/s"
+    return ""
+
+
+def _reduce_reason(result: SearchResult, best: Evaluation, elem: int, block: int, layers: int) -> str:
+    cand = best.candidate
+    model, hw = result.model, result.hardware
+    r = cand.reduce_bucket_size
+    nbytes = r * elem
+    parts = [
+        f"{fmt_count(r)} elements = {_fmt_ratio(r / block)} layers of {model.name} ({fmt_count(block)} params/layer)"
+    ]
+    bw = busbw_at(hw, "reduce_scatter", nbytes)
+    if bw:
+        parts.append(
+            f"{fmt_bytes(nbytes)} {cand.precision} reaches {bw[0] / bw[1]:.0%} of the "
+            f"{bw[1] / 1e9:.0f} GB/s peak reduce-scatter busbw on {hw.name}"
+        )
+    buckets = max(1, math.ceil(model.params / r))
+    if r >= model.params:
+        parts.append(
+            f"the whole model ({fmt_count(model.params)}) fits one bucket: it fires only after backward"
+        )
+    else:
+        k = max(1, math.ceil(r / block))
+        text = f"~{buckets} buckets per backward; the first fires after the {_ordinal(k)} layer of backward"
+        if cand.overlap_comm and cand.stage >= 2:
+            text += f", so {max(0, layers - k)} of {layers} layers' reductions overlap compute"
+        elif cand.stage == 1:
+            text += " (stage 1 reduces at the accumulation boundary only)"
+        parts.append(text)
+    sat = result.space.grids.saturating_elements
+    if sat:
+        parts.append(f"90% of peak busbw needs >= {fmt_count(sat)} elements")
+    alt = _alternatives(result, best, "reduce_bucket_size", result.space.grids.reduce_bucket)
+    return "; ".join(parts + ([alt] if alt else []))
+
+
+def _persistence_reason(model, threshold: int, elem: int) -> str:
+    small = [t for layer in model.layers for t in layer.tensors if t <= threshold]
+    if not small:
+        return f"{fmt_count(threshold)}: every tensor is partitioned and gathered on use"
+    sizes = sorted(set(small))
+    size_text = ", ".join(fmt_count(s) for s in sizes[:3]) + (" ..." if len(sizes) > 3 else "")
+    return (
+        f"{fmt_count(threshold)}: {len(small)} tensors of <= {fmt_count(threshold)} elements ({size_text}) stay "
+        f"replicated ({fmt_bytes(sum(small) * elem)} per GPU) and are never all-gathered "
+        f"({len(small)} fewer gathers per forward)"
+    )
+
+
+def _checkpointing_reason(result: SearchResult, best: Evaluation) -> str:
+    """Activation checkpointing is the training script's switch, not a DeepSpeed key."""
+    cand = best.candidate
+    flipped = result.evaluate(cand.with_(checkpointing=not cand.checkpointing))
+    hint = (
+        " (enable it in the training script: model.gradient_checkpointing_enable())"
+        if cand.checkpointing
+        else ""
+    )
+    if not flipped.fits:
+        return f"turning it off {_over(result, flipped)}{hint}"
+    delta = flipped.step_time_s / best.step_time_s - 1
+    return f"turning it {'off' if cand.checkpointing else 'on'} changes the step time by {_pct(delta)}{hint}"
+
+
+# Field -> emitted key, for callers that map candidate fields to reasons.
+FIELD_PATHS = {f: f"zero_optimization.{k}" for f, k in ZERO_KEYS.items()}
+__all__ = [
+    "Explanation",
+    "explain",
+    "binding_constraint",
+    "group_label",
+    "LADDER",
+    "FIELD_PATHS",
+    "knobs_for",
+]

@@ -1,0 +1,495 @@
+"""The search: enumerate candidates, prune by memory, screen, predict step time, rank.
+
+1. Memory first: every candidate of the coarse space (space.py: stage x offload x batch split x
+   checkpointing x reduce bucket x overlap x contiguous gradients) goes through
+   `estimate_memory`; a candidate fits when its peak x (1 + safety margin) <= GPU memory and its
+   offload buffers fit the host RAM with the same margin.
+2. Screening: per (stage, offload, checkpointing), the SCREEN_SPLITS largest micro-batches that
+   fit get one step-time prediction at the rule-of-thumb communication knobs. Throughput rises
+   with the micro-batch (the per-micro-step collectives and launch costs are amortised over
+   more tokens), so smaller ones are not screened.
+3. The best screened macros (the TOP_MACROS best by the objective, plus any within
+   SCREEN_TOLERANCE of the best) get their full communication grid predicted.
+4. Refinement: the stage-3 secondary knobs (prefetch, persistence, max_live, reuse distance,
+   sub-group) are memory-checked on their full grid around each of the REFINE_SEEDS best stage-3
+   points, then tuned by coordinate descent (one knob at a time over its grid, until no move
+   improves) on the best DESCENT_SEEDS of them.
+
+Step-time predictions are memoised on `Space.time_key` (the knobs that change time, with
+DeepSpeed-equivalent values merged), so candidates that differ only in memory-only knobs share
+one prediction. The memory and step models are passed in as functions (defaults:
+zerotune.model.memory and zerotune.model.step), so the search stays pure and testable.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from zerotune.errors import InputError
+from zerotune.schema.hardware import HardwareProfile
+from zerotune.schema.model import ModelSpec
+from zerotune.schema.workload import Precision, Workload
+from zerotune.search.objective import MEMORY_TOLERANCE, Objective, cost_per_billion_tokens, quantize
+from zerotune.search.space import (
+    DEFAULT_GLOBAL_BATCH_TOKENS,
+    Candidate,
+    Space,
+    choose_precision,
+    workload_for,
+)
+
+SAFETY_MARGIN = 0.10
+"""A candidate fits when predicted peak x (1 + margin) <= GPU memory: the margin covers
+allocator fragmentation spikes and model error (the memory model's own overhead term is
+already inside the prediction)."""
+
+SCREEN_SPLITS = 2
+"""Micro-batches screened per (stage, offload, checkpointing): the largest ones that fit."""
+TOP_MACROS = 4
+SCREEN_TOLERANCE = 0.05
+"""Macros whose screened throughput is within this share of the best get the full grid too."""
+MAX_MACROS = 8
+REFINE_SEEDS = 12
+"""Stage-3 points (distinct stage/offload/batch/checkpointing) whose secondary grid is memory-checked."""
+DESCENT_SEEDS = 2
+"""Stage-3 points tuned by coordinate descent over the secondary knobs..."""
+DESCENT_WINDOW = 0.10
+"""... when their throughput is within this share of the best so far (the secondary knobs move
+the step time by a few percent, not by tens)."""
+SECONDARY = (
+    "prefetch_bucket_size",
+    "param_persistence_threshold",
+    "max_live_parameters",
+    "max_reuse_distance",
+    "sub_group_size",
+)
+
+MemoryFn = Callable[..., Any]
+StepFn = Callable[..., Any]
+
+
+@dataclass(frozen=True)
+class SearchRequest:
+    """What the user asked for (the CLI's options), validated."""
+
+    seq_len: int = 2048
+    global_batch_tokens: int = DEFAULT_GLOBAL_BATCH_TOKENS
+    objective: Objective = "throughput"
+    hourly_rate_usd: float | None = None
+    safety_margin: float = SAFETY_MARGIN
+    precision: Precision | None = None
+    world_size: int | None = None
+    """ranks for a profile without GPUs (a CPU host running gloo ranks)"""
+    allow_offload: bool = True
+    stages: tuple[int, ...] = (0, 1, 2, 3)
+
+    def __post_init__(self) -> None:
+        if self.seq_len <= 0:
+            raise InputError(f"--seq-len must be positive, got {self.seq_len}")
+        if self.global_batch_tokens < self.seq_len:
+            raise InputError(
+                f"--global-batch-tokens {self.global_batch_tokens} is smaller than one sequence "
+                f"(--seq-len {self.seq_len})"
+            )
+        if not 0 <= self.safety_margin < 1:
+            raise InputError(f"safety margin must be in [0, 1), got {self.safety_margin}")
+        if self.objective not in ("throughput", "memory", "cost"):
+            raise InputError(f"unknown objective {self.objective!r}", hint="use throughput, memory or cost")
+        if self.hourly_rate_usd is not None and self.hourly_rate_usd <= 0:
+            raise InputError(f"--hourly-rate must be positive, got {self.hourly_rate_usd}")
+
+
+@dataclass(frozen=True, slots=True)
+class Evaluation:
+    """One candidate, judged."""
+
+    candidate: Candidate
+    memory: Any
+    """MemoryEstimate (zerotune.model.memory)"""
+    step: Any | None
+    """StepEstimate (zerotune.model.step); None when pruned by memory"""
+    reject: str | None
+    """why it was pruned: "gpu" (GPU memory) or "host" (CPU RAM for offload); None when it fits"""
+    per_gpu_bytes: int
+    tokens_per_s: float
+    step_time_s: float
+
+    @classmethod
+    def of(cls, candidate: Candidate, memory: Any, step: Any | None, reject: str | None) -> Evaluation:
+        if step is None:
+            return cls(candidate, memory, None, reject, memory.per_gpu.total, 0.0, float("inf"))
+        return cls(candidate, memory, step, reject, memory.per_gpu.total, step.tokens_per_s, step.step_time_s)
+
+    @property
+    def fits(self) -> bool:
+        return self.reject is None
+
+
+@dataclass
+class Group:
+    """Per (stage, offload_optimizer, offload_param): how its candidates fared."""
+
+    key: tuple[int, str, str]
+    candidates: int = 0
+    fitting: int = 0
+    predicted: int = 0
+    smallest: Evaluation | None = None
+    """the candidate with the lowest per-GPU memory (fitting or not)"""
+    best: Evaluation | None = None
+    """the best fitting candidate by the objective"""
+
+
+@dataclass(frozen=True)
+class SearchStats:
+    candidates: int
+    """distinct candidates memory-checked"""
+    pruned: int
+    """... that do not fit (GPU memory or host RAM)"""
+    screened_out: int
+    """... that fit but were not step-predicted (screening or refinement left them out)"""
+    predicted: int
+    """... with a step-time prediction (ranked)"""
+    memory_estimates: int
+    """calls to the memory model (memoised on Space.memory_key, so fewer than `candidates`)"""
+    step_predictions: int
+    """calls to the step model (memoised on Space.time_key, so fewer than `predicted`)"""
+    wall_s: float
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    model: ModelSpec
+    hardware: HardwareProfile
+    request: SearchRequest
+    workload: Workload
+    """the base workload (world size, seq_len, precision); batch split is per candidate"""
+    space: Space
+    ranked: tuple[Evaluation, ...]
+    """fitting candidates, best first"""
+    groups: dict[tuple[int, str, str], Group]
+    stats: SearchStats
+    hourly_rate_usd: float | None
+    evaluate: Evaluator = field(repr=False)
+    """the memoised evaluator, for explanations that probe neighbours of the winner"""
+
+    @property
+    def best(self) -> Evaluation | None:
+        return self.ranked[0] if self.ranked else None
+
+    def cost(self, ev: Evaluation) -> float | None:
+        if self.hourly_rate_usd is None or ev.step is None:
+            return None
+        return cost_per_billion_tokens(ev.tokens_per_s, self.hourly_rate_usd)
+
+
+def _default_memory_fn() -> MemoryFn:
+    from zerotune.model.memory import estimate_memory
+
+    return estimate_memory
+
+
+def _default_step_fn() -> StepFn:
+    from zerotune.model.step import predict_step
+
+    return predict_step
+
+
+def world_size_of(hardware: HardwareProfile, request: SearchRequest) -> tuple[int, int]:
+    """(ranks per node, nodes): the profile's, or --gpus ranks on a host without GPUs."""
+    if hardware.has_gpus:
+        return hardware.gpus_per_node, hardware.nodes
+    ranks = request.world_size or (hardware.intra_node.ranks if hardware.intra_node else None) or 2
+    return ranks, 1
+
+
+def base_workload(hardware: HardwareProfile, request: SearchRequest) -> Workload:
+    per_node, nodes = world_size_of(hardware, request)
+    return Workload(
+        seq_len=request.seq_len,
+        precision=request.precision or choose_precision(hardware),
+        optimizer="adamw",
+        gpus_per_node=per_node,
+        nodes=nodes,
+    )
+
+
+class Evaluator:
+    """Memoised evaluation: memory per candidate, step time per `Space.time_key`."""
+
+    def __init__(
+        self,
+        model: ModelSpec,
+        hardware: HardwareProfile,
+        base: Workload,
+        space: Space,
+        safety_margin: float,
+        memory_fn: MemoryFn,
+        step_fn: StepFn,
+    ):
+        self.model, self.hardware, self.base, self.space = model, hardware, base, space
+        self.margin = safety_margin
+        self.memory_fn, self.step_fn = memory_fn, step_fn
+        self.cache: dict[Candidate, Evaluation] = {}
+        self.steps: dict[tuple, Any] = {}
+        self.memories: dict[tuple, tuple[Any, str | None]] = {}
+        self._workloads: dict[tuple, Workload] = {}
+        self._zeros: dict[tuple, Any] = {}
+
+    def _inputs(self, cand: Candidate) -> tuple[Workload, Any]:
+        wkey = (cand.micro_batch, cand.grad_accum, cand.checkpointing, cand.precision)
+        workload = self._workloads.get(wkey)
+        if workload is None:
+            workload = self._workloads[wkey] = workload_for(self.base, cand)
+        zkey = cand.zero_key
+        zero = self._zeros.get(zkey)
+        if zero is None:
+            zero = self._zeros[zkey] = cand.zero_settings()
+        return workload, zero
+
+    def check(self, cand: Candidate) -> Evaluation:
+        """Memory only (the step time is left for `__call__`)."""
+        hit = self.cache.get(cand)
+        if hit is not None:
+            return hit
+        mkey = self.space.memory_key(cand)
+        known = self.memories.get(mkey)
+        if known is None:
+            workload, zero = self._inputs(cand)
+            memory = self.memory_fn(
+                self.model, workload, zero, hardware=self.hardware, safety_margin=self.margin
+            )
+            reject = None
+            ram = self.hardware.host.ram_bytes
+            if memory.fits is False:
+                reject = "gpu"
+            elif ram and memory.cpu_bytes_per_node * (1 + self.margin) > ram:
+                reject = "host"
+            known = self.memories[mkey] = (memory, reject)
+        memory, reject = known
+        ev = Evaluation.of(cand, memory, None, reject)
+        self.cache[cand] = ev
+        return ev
+
+    def unconstrained(self, cand: Candidate) -> Evaluation:
+        """Memory and step time even when it does not fit: the counterfactual "how fast would
+        it be" behind a memory-bound explanation. Not stored with the ranked evaluations."""
+        ev = self.check(cand)
+        if ev.step is not None:
+            return ev
+        tkey = self.space.time_key(cand)
+        step = self.steps.get(tkey)
+        if step is None:
+            workload, zero = self._inputs(cand)
+            step = self.steps[tkey] = self.step_fn(self.model, workload, zero, self.hardware)
+        return Evaluation.of(cand, ev.memory, step, ev.reject)
+
+    def __call__(self, cand: Candidate) -> Evaluation:
+        """Memory and, when it fits, the step time."""
+        ev = self.check(cand)
+        if not ev.fits or ev.step is not None:
+            return ev
+        tkey = self.space.time_key(cand)
+        step = self.steps.get(tkey)
+        if step is None:
+            workload, zero = self._inputs(cand)
+            step = self.steps[tkey] = self.step_fn(self.model, workload, zero, self.hardware)
+        ev = Evaluation.of(cand, ev.memory, step, None)
+        self.cache[cand] = ev
+        return ev
+
+
+def rank_key(objective: Objective, best_tps: float, rate: float | None) -> Callable[[Evaluation], tuple]:
+    """Sort key for fitting evaluations under `objective` (objective.py documents the rules)."""
+    if objective == "memory":
+        floor = best_tps * (1 - MEMORY_TOLERANCE)
+
+        def key(ev: Evaluation) -> tuple:
+            eligible = ev.tokens_per_s >= floor
+            return (
+                not eligible,
+                ev.per_gpu_bytes if eligible else 0,
+                -quantize(ev.tokens_per_s),
+                ev.per_gpu_bytes,
+                ev.candidate,
+            )
+
+        return key
+    if objective == "cost":
+
+        def key(ev: Evaluation) -> tuple:
+            cost = cost_per_billion_tokens(ev.tokens_per_s, rate or 0.0)
+            return (quantize(cost), ev.per_gpu_bytes, ev.candidate)
+
+        return key
+
+    def key(ev: Evaluation) -> tuple:
+        return (-quantize(ev.tokens_per_s), ev.per_gpu_bytes, ev.candidate)
+
+    return key
+
+
+def search(
+    model: ModelSpec,
+    hardware: HardwareProfile,
+    request: SearchRequest | None = None,
+    *,
+    memory_fn: MemoryFn | None = None,
+    step_fn: StepFn | None = None,
+) -> SearchResult:
+    """Find the best configuration of `model` on `hardware` for `request` (see module docstring)."""
+    request = request or SearchRequest()
+    started = time.perf_counter()
+    memory_fn = memory_fn or _default_memory_fn()
+    step_fn = step_fn or _default_step_fn()
+    rate = request.hourly_rate_usd if request.hourly_rate_usd is not None else hardware.hourly_rate_usd
+    if request.objective == "cost" and rate is None:
+        raise InputError(
+            f"--objective cost needs an hourly rate: profile {hardware.name!r} has no hourly_rate_usd",
+            hint="pass --hourly-rate USD (whole cluster, per hour)",
+        )
+    base = base_workload(hardware, request)
+    space = Space(
+        model=model,
+        hardware=hardware,
+        world_size=base.world_size,
+        seq_len=request.seq_len,
+        global_batch_tokens=request.global_batch_tokens,
+        precision=base.precision,
+        allow_offload=request.allow_offload,
+        stages=request.stages,
+    )
+    evaluate = Evaluator(model, hardware, base, space, request.safety_margin, memory_fn, step_fn)
+
+    # 1. memory for the whole coarse space
+    coarse = [evaluate.check(c) for c in space.coarse()]
+    by_macro: dict[tuple, list[Evaluation]] = {}
+    for ev in coarse:
+        by_macro.setdefault(ev.candidate.macro, []).append(ev)
+
+    # 2. screening: the largest fitting micro-batches per (stage, offload, checkpointing)
+    screened: list[Evaluation] = []
+    families: dict[tuple, list[Candidate]] = {}
+    for base_cand in space.macros():
+        c = base_cand
+        families.setdefault((c.stage, c.offload_optimizer, c.offload_param, c.checkpointing), []).append(c)
+    for members in families.values():
+        fitting_macros = [c for c in members if any(ev.fits for ev in by_macro.get(c.macro, ()))]
+        for c in sorted(fitting_macros, key=lambda c: -c.micro_batch)[:SCREEN_SPLITS]:
+            rep = space.representative(c)
+            ev = evaluate.check(rep)
+            if not ev.fits:  # the starting point does not fit: the macro's smallest fitting point
+                ev = min(
+                    (e for e in by_macro[c.macro] if e.fits), key=lambda e: (e.per_gpu_bytes, e.candidate)
+                )
+            screened.append(evaluate(ev.candidate))
+
+    # 3. the full communication grid of the best macros
+    key = rank_key(request.objective, max((ev.tokens_per_s for ev in screened), default=0.0), rate)
+    order = sorted(screened, key=key)
+    top = order[:TOP_MACROS] + [
+        ev
+        for ev in order[TOP_MACROS:]
+        if order and ev.tokens_per_s >= (1 - SCREEN_TOLERANCE) * order[0].tokens_per_s
+    ]
+    for ev in top[:MAX_MACROS]:
+        for e in by_macro.get(ev.candidate.macro, ()):
+            if e.fits:
+                evaluate(e.candidate)
+
+    # 4. stage-3 refinement: memory over the secondary grid, then coordinate descent
+    def predicted() -> list[Evaluation]:
+        return [e for e in evaluate.cache.values() if e.step is not None]
+
+    key = rank_key(request.objective, max((e.tokens_per_s for e in predicted()), default=0.0), rate)
+    seeds: list[Evaluation] = []
+    seen_macros: set[tuple] = set()
+    for ev in sorted((e for e in predicted() if e.candidate.stage == 3), key=key):
+        if ev.candidate.macro not in seen_macros:
+            seen_macros.add(ev.candidate.macro)
+            seeds.append(ev)
+    if not seeds:  # nothing at stage 3 fits yet: a smaller max_live/prefetch may make it fit
+        for ev in sorted(
+            (e for e in coarse if e.candidate.stage == 3), key=lambda e: (e.per_gpu_bytes, e.candidate)
+        ):
+            if ev.candidate.macro not in seen_macros:
+                seen_macros.add(ev.candidate.macro)
+                seeds.append(ev)
+            if len(seeds) >= REFINE_SEEDS:
+                break
+    for seed in seeds[:REFINE_SEEDS]:
+        for cand in space.refine(seed.candidate):
+            evaluate.check(cand)
+    best_tps = max((e.tokens_per_s for e in predicted()), default=0.0)
+    for seed in [s for s in seeds if s.step is not None][:DESCENT_SEEDS]:
+        if seed.tokens_per_s >= (1 - DESCENT_WINDOW) * best_tps:
+            _descend(evaluate, space, seed.candidate, key)
+
+    evaluations = list(evaluate.cache.values())
+    fitting = [ev for ev in evaluations if ev.fits]
+    done = [ev for ev in fitting if ev.step is not None]
+    key = rank_key(request.objective, max((ev.tokens_per_s for ev in done), default=0.0), rate)
+    ranked = tuple(sorted(done, key=key))
+
+    groups: dict[tuple[int, str, str], Group] = {}
+    for ev in evaluations:
+        c = ev.candidate
+        g = groups.setdefault((c.stage, c.offload_optimizer, c.offload_param), Group((c.stage, *c.offload)))
+        g.candidates += 1
+        if g.smallest is None or (ev.per_gpu_bytes, ev.candidate) < (
+            g.smallest.per_gpu_bytes,
+            g.smallest.candidate,
+        ):
+            g.smallest = ev
+        if ev.fits:
+            g.fitting += 1
+        if ev.step is not None:
+            g.predicted += 1
+    for ev in ranked:  # ranked order: the first fitting one per group is its best
+        g = groups[(ev.candidate.stage, *ev.candidate.offload)]
+        if g.best is None:
+            g.best = ev
+
+    stats = SearchStats(
+        candidates=len(evaluations),
+        pruned=len(evaluations) - len(fitting),
+        screened_out=len(fitting) - len(done),
+        predicted=len(done),
+        memory_estimates=len(evaluate.memories),
+        step_predictions=len(evaluate.steps),
+        wall_s=time.perf_counter() - started,
+    )
+    return SearchResult(
+        model=model,
+        hardware=hardware,
+        request=request,
+        workload=base,
+        space=space,
+        ranked=ranked,
+        groups=groups,
+        stats=stats,
+        hourly_rate_usd=rate,
+        evaluate=evaluate,
+    )
+
+
+def _descend(
+    evaluate: Evaluator, space: Space, start: Candidate, key: Callable[[Evaluation], tuple]
+) -> Evaluation:
+    """Coordinate descent over the stage-3 secondary knobs from `start`: each knob in turn takes
+    its best grid value (by `key`) with the others fixed; stop when a full pass moves nothing."""
+    best = evaluate(start)
+    for _ in range(2):
+        moved = False
+        for name in SECONDARY:
+            for value in space.secondary_grid(name):
+                if value == getattr(best.candidate, name):
+                    continue
+                ev = evaluate(best.candidate.with_(**{name: value}))
+                if ev.fits and key(ev) < key(best):
+                    best, moved = ev, True
+        if not moved:
+            break
+    return best
