@@ -46,6 +46,21 @@ def test_catalog_holds_the_required_models_and_each_is_recorded() -> None:
     assert catalog_dir() == REPO / "profiles" / "models"
 
 
+HF_CLASS = {
+    "llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "mixtral": "MixtralForCausalLM",
+    "qwen2": "Qwen2ForCausalLM", "gemma": "GemmaForCausalLM", "phi3": "Phi3ForCausalLM",
+    "falcon": "FalconForCausalLM", "gpt2": "GPT2LMHeadModel", "bloom": "BloomForCausalLM",
+    "t5": "T5ForConditionalGeneration",
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(REQUIRED))
+def test_profile_cites_its_config_and_class(name: str) -> None:
+    arch = load_architecture(name)
+    assert arch.source.startswith("https://huggingface.co/") and arch.source.endswith("/config.json")
+    assert arch.hf_class == HF_CLASS[arch.family]
+
+
 @pytest.mark.parametrize("name", sorted(GOLDEN["catalog"]))
 def test_computed_count_equals_hugging_face(name: str) -> None:
     assert load_model(name).params == GOLDEN["catalog"][name]

@@ -17,7 +17,9 @@ Shapes were read from transformers' modeling files (models/<family>/modeling_<fa
   blocks (self-attention + cross-attention + FF), each sub-layer with an RMS-style T5LayerNorm;
   the relative position bias [buckets, H] only in the first block of each stack; no biases.
 
-LayerNorm has weight and bias; RMSNorm (and T5LayerNorm) a weight only.
+LayerNorm has weight and bias; RMSNorm (and T5LayerNorm) a weight only. Mixtral's experts are
+listed as the checkpoint stores them, three [f, h] matrices per expert; transformers 5 fuses each
+layer's experts into two 3-D tensors (gate_up [E, 2f, h], down [E, h, f]) of the same total size.
 """
 
 from __future__ import annotations
