@@ -225,6 +225,32 @@ def model_states(
     return ModelStates(params, grads, 0, 0, cpu, nvme)
 
 
+@lru_cache(maxsize=8192)
+def _model_states(
+    psi: int,
+    n_d: int,
+    stage: int,
+    sb: StateBytes,
+    opt: str,
+    par: str,
+    persistent: int,
+    sub_group: int,
+    in_cpu: int,
+) -> ModelStates:
+    """model_states memoised: the search repeats the same states under many bucket settings."""
+    return model_states(
+        psi,
+        n_d,
+        stage,
+        sb,
+        offload_optimizer=opt,
+        offload_param=par,
+        persistent=persistent,
+        sub_group_size=sub_group,
+        max_in_cpu=in_cpu,
+    )
+
+
 def offload_host_buffers(psi: int, n_d: int, stage: int, zero: ZeroSettings, elem_bytes: int) -> int:
     """Pinned host swap buffers of one rank for stage-3 NVMe offload (DEEPSPEED_FACTS §2, §4.2).
 
@@ -398,16 +424,16 @@ def estimate_memory(
     if stage == 3:
         persistent = _persistent(facts, zero.param_persistence_threshold, zero.model_persistence_threshold)
         gathered = gathered_elements(facts, zero, persistent)
-    states = model_states(
+    states = _model_states(
         facts.psi,
         n_d,
         stage,
         sb,
-        offload_optimizer=opt_dev,
-        offload_param=par_dev,
-        persistent=persistent,
-        sub_group_size=zero.sub_group_size,
-        max_in_cpu=zero.offload_param.max_in_cpu,
+        opt_dev,
+        par_dev,
+        persistent,
+        zero.sub_group_size,
+        zero.offload_param.max_in_cpu,
     )
     params = states.params
     if stage == 3 and zero.zero_hpz_partition_size > 1:
