@@ -189,11 +189,6 @@ def test_collective_time_grows_with_size(name: str) -> None:
             assert times[-1] > 100 * times[0]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="schema: CollectivePerf.time() ignores alpha_s when a curve is present and clamps busbw (not "
-    "time) below the curve's first size, so 1 KiB on 8x H200 is predicted at 1.2 us instead of ~40 us",
-)
 def test_time_below_a_measured_curve_keeps_the_latency_floor() -> None:
     perf = load_profile("h200-node").intra_node.collectives["all_reduce"]
     assert perf.time("all_reduce", 1024, 8) >= perf.alpha_s

@@ -61,9 +61,10 @@ class CollectivePerf(_Strict):
             return 0.0
         alpha = self.alpha_s or 0.0
         if self.curve:
-            bw = interpolate_busbw(self.curve, size_bytes)
-            # The curve already folds latency into busbw at small sizes.
-            return alpha_beta_time(op, size_bytes, n, 0.0, bw)
+            # The curve folds latency into busbw inside its range; below its smallest point a call
+            # is latency-bound and costs what that point costs, never less than alpha.
+            size = max(size_bytes, min(point[0] for point in self.curve))
+            return max(alpha_beta_time(op, size, n, 0.0, interpolate_busbw(self.curve, size)), alpha)
         if self.busbw_Bps is None:
             return None
         return alpha_beta_time(op, size_bytes, n, alpha, self.busbw_Bps)
