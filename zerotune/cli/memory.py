@@ -47,6 +47,7 @@ def command(
 ) -> None:
     from zerotune.catalog.hardware import DEFAULT_PROFILE, load_profile
     from zerotune.catalog.models import adhoc_model, load_model
+    from zerotune.model.activations import ASSUMPTIONS
     from zerotune.model.memory import compare_options
     from zerotune.render import console
     from zerotune.schema.workload import Workload
@@ -101,7 +102,8 @@ def command(
 
     capacity = hardware.gpu.memory_bytes if hardware.has_gpus and hardware.gpu else None
     if json_out:
-        console.print_json(json.dumps(_payload(spec, workload, hardware, capacity, rows), indent=2))
+        payload = _payload(spec, workload, hardware, capacity, rows) | {"assumptions": [ASSUMPTIONS]}
+        console.print_json(json.dumps(payload, indent=2))
         return
     from rich.markup import escape
 
@@ -118,7 +120,8 @@ def command(
     )
     out.print(memory_table(rows, title=escape(title)))
     out.print(memory_chart(rows, capacity=capacity))
-    seen: set[str] = set()
+    seen: set[str] = {ASSUMPTIONS}
+    out.print(f"note: {ASSUMPTIONS}", markup=False, style="dim")
     for row in rows:
         for note in row.estimate.notes:
             if note not in seen:

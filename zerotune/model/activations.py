@@ -39,6 +39,12 @@ from zerotune.units import DTYPE_BYTES
 LOGIT_BYTES = 12
 """Peak bytes per logit of the head + cross-entropy loss (module docstring)."""
 
+ASSUMPTIONS = (
+    "activations: FlashAttention/SDPA (no stored s×s scores), no dropout, no tensor/sequence parallelism, "
+    f"full per-block recompute when checkpointing, HF-style fp32 loss ({LOGIT_BYTES} B per logit)"
+)
+"""One line stating what `activation_bytes` assumes by default, for reports."""
+
 
 def layer_activation_bytes(
     seq: int,
