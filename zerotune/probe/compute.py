@@ -112,8 +112,8 @@ def _timed(
     return times
 
 
-def measure_block(torch: Any, shape: BlockShape, dtype: Any, device: Any, budget_s: float) -> dict[str, Any]:
-    """Achieved FLOP/s of one block's fwd+bwd (median iteration)."""
+def block_step(torch: Any, shape: BlockShape, dtype: Any, device: Any) -> Any:
+    """A callable running one block's forward and backward (pre-norm attention + MLP, residuals)."""
     f = torch.nn.functional
     h, kv_dim, hd = shape.hidden, shape.kv_heads * shape.head_dim, shape.head_dim
     gen = torch.Generator(device="cpu").manual_seed(0)
@@ -151,6 +151,12 @@ def measure_block(torch: Any, shape: BlockShape, dtype: Any, device: Any, budget
         for t in (x, w_qkv, w_o, w_up, w_down):
             t.grad = None
 
+    return step
+
+
+def measure_block(torch: Any, shape: BlockShape, dtype: Any, device: Any, budget_s: float) -> dict[str, Any]:
+    """Achieved FLOP/s of one block's fwd+bwd (median iteration)."""
+    step = block_step(torch, shape, dtype, device)
     times = _timed(torch, device, step, warmup=1, budget_s=budget_s, max_iters=20)
     median = statistics.median(times)
     return {"flops": block_flops(shape) / median, "seconds": median, "iters": len(times)}

@@ -5,7 +5,7 @@ points may (tests/unit/test_pure_core.py).
 
 Task keys (built by zerotune.probe.runner): backend, dtype, sizes, warmup, samples, op_timeout_s,
 compute (bool), shape (BlockShape fields), adam_params, budget_s, and the test-only `fault`
-{"rank": r, "at": step, "kind": "exit" | "hang"}.
+{"rank": r, "at": step, "kind": "exit" | "hang", "pid_dir": optional folder}.
 """
 
 from __future__ import annotations
@@ -117,8 +117,12 @@ def _sync(device: Any) -> None:
 
 
 def _fault(task: dict[str, Any], rank: int, step: str) -> None:
-    """Test-only fault injection: die or hang at a named step."""
+    """Test-only fault injection: die or hang at a named step. With "pid_dir", every rank also
+    writes rank<r>.pid there at start-up, so a test can check that no rank survives."""
     fault = task.get("fault")
+    if fault and fault.get("pid_dir") and step == "init":
+        with open(os.path.join(fault["pid_dir"], f"rank{rank}.pid"), "w") as handle:
+            handle.write(str(os.getpid()))
     if not fault or fault.get("rank") != rank or fault.get("at") != step:
         return
     if fault.get("kind") == "hang":

@@ -1,0 +1,128 @@
+"""`zerotune probe` for real: 2 gloo ranks on this CPU host, and ranks that die or hang."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+from zerotune.catalog.hardware import load_profile
+from zerotune.errors import RunFailed
+from zerotune.probe.metrics import SWEPT
+from zerotune.probe.runner import ProbeOptions, run_probe
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def probed(tmp_path_factory):
+    """One real `zerotune probe --nproc 2 --quick --out p.yaml --json` run, shared by the checks."""
+    folder = tmp_path_factory.mktemp("probe")
+    env = {**os.environ, "ZEROTUNE_CACHE_DIR": str(folder / "cache"), "PYTHONPATH": str(REPO)}
+    start = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "zerotune", "probe", "--nproc", "2", "--quick", "--out", str(folder / "p.yaml"),
+         "--json", "--timeout", "120"],
+        capture_output=True, text=True, env=env, timeout=180,
+    )  # fmt: skip
+    return done, folder, time.monotonic() - start
+
+
+def test_exit_zero_and_only_json_on_stdout(probed) -> None:
+    done, _, elapsed = probed
+    assert done.returncode == 0, done.stderr[-2000:]
+    data = json.loads(done.stdout)
+    assert data["schema_version"] == 1
+    assert elapsed < 120
+
+
+def test_profile_file_is_what_recommend_needs(probed) -> None:
+    done, folder, _ = probed
+    profile = load_profile(str(folder / "p.yaml"))
+    assert profile.origin == "probe" and profile.gpus_per_node == 0 and profile.gpu is None
+    link = profile.intra_node
+    assert link is not None and link.backend == "gloo" and link.ranks == 2
+    assert set(link.collectives) == set(SWEPT)
+    assert profile.compute.achieved_flops["fp32"] > 1e8  # any CPU does > 0.1 GFLOP/s fp32
+    assert profile.compute.overlap_slowdown is not None and profile.compute.overlap_slowdown >= 1
+    assert profile.host.cpu_adam_params_per_s > 0
+    assert "measured by zerotune probe" in profile.compute.source
+    # every probe refreshes the cache that recommend reuses
+    assert load_profile(str(folder / "cache" / "last-probe.yaml")) == profile
+
+
+def test_sweep_sanity(probed) -> None:
+    """Correct results everywhere, bandwidth growing with size, a physical fit."""
+    done, folder, _ = probed
+    sweep = json.loads(done.stdout)["sweeps"]["intra_node"]
+    assert sweep["ranks"] == 2 and sweep["wrong"] == 0
+    for op in SWEPT:
+        rows = sweep["rows"][op]
+        assert [r["size_bytes"] for r in rows] == sorted(r["size_bytes"] for r in rows)
+        assert all(r["wrong"] == 0 for r in rows)
+        small = sum(r["busbw_GBps"] for r in rows[:3]) / 3
+        large = sum(r["busbw_GBps"] for r in rows[-3:]) / 3
+        assert large > 2 * small, f"{op}: busbw does not grow with size ({small:.4f} -> {large:.4f} GB/s)"
+    profile = load_profile(str(folder / "p.yaml"))
+    for perf in profile.intra_node.collectives.values():
+        assert perf.alpha_s >= 0 and perf.busbw_Bps > 0 and len(perf.curve) == len(rows)
+
+
+def test_no_gpu_notice_on_stderr(probed) -> None:
+    done, _, _ = probed
+    if "no NVIDIA GPU" not in done.stderr:
+        pytest.skip("this host has an NVIDIA GPU")
+    assert "NVML" in done.stderr
+
+
+def _children() -> list[int]:
+    """Our live (non-zombie) child processes, from /proc."""
+    me, pids = os.getpid(), []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == me and fields[0] != "Z":
+            pids.append(int(entry.name))
+    return pids
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        return (Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]) != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("kind", ["exit", "hang"])
+def test_failed_rank_is_named_and_nothing_survives(kind, tmp_path) -> None:
+    timeout = 20.0
+    fault = {"rank": 1, "at": "all_gather", "kind": kind, "pid_dir": str(tmp_path)}
+    start = time.monotonic()
+    with pytest.raises(RunFailed) as caught:
+        run_probe(ProbeOptions(nproc=2, quick=True, timeout_s=timeout, fault=fault))
+    elapsed = time.monotonic() - start
+    message = caught.value.message
+    assert elapsed < timeout + 5
+    assert "rank 1" in message and "all_gather" in message, message
+    if kind == "exit":
+        assert "injected fault" in message
+    else:
+        assert "timed out" in message
+    pids = [int(p.read_text()) for p in tmp_path.glob("rank*.pid")]
+    assert len(pids) == 2
+    assert not [pid for pid in pids if _alive(pid)]
+    assert _children() == []

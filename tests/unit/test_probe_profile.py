@@ -1,0 +1,117 @@
+"""Profile assembly from rank results (no processes), its YAML round trip through the catalog
+loader, and the rendered tables."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from zerotune.catalog.hardware import dump_profile, load_profile
+from zerotune.collectives import alpha_beta_time
+from zerotune.hw.host import HostFacts, parse_cpu_model, parse_meminfo
+from zerotune.hw.nvml import read_gpus
+from zerotune.hw.nvml_replay import ReplayNvml
+from zerotune.probe.metrics import SWEPT, size_sweep
+from zerotune.probe.profile import build_profile, merge_sweep
+from zerotune.render import probe as view
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nvml"
+HOST = HostFacts("Test CPU", 8, 64 * 2**30, 60 * 2**30, 32 * 2**30)
+
+
+def _results(n: int, backend: str, busbw: float = 1e9, wrong: int = 0, elem: int = 4) -> list[dict]:
+    """Rank results whose times follow t = 20 us + S*factor/busbw; rank r is (1 + r/100) slower."""
+    sizes = size_sweep(4096, 2**20)
+
+    def sweep(r: int) -> dict:
+        return {
+            op: [{"count": s // elem, "times": [alpha_beta_time(op, s, n, 20e-6, busbw) * (1 + 0.01 * r)] * 3,
+                  "wrong": wrong} for s in sizes]
+            for op in SWEPT
+        }  # fmt: skip
+
+    return [{"rank": r, "backend": backend, "sweep": sweep(r), "reduce_scatter_impl": "reduce_scatter_single"}
+            for r in range(n)]  # fmt: skip
+
+
+COMPUTE = {"shape": "block h=512", "block": {"dtype": "fp32", "flops": 2.5e10, "seconds": 0.01, "iters": 5},
+           "adam": {"params_per_s": 2e8, "params": 8_000_000}}  # fmt: skip
+
+
+def test_cpu_profile_has_the_fields_recommend_needs(tmp_path) -> None:
+    intra = merge_sweep(_results(2, "gloo"), "fp32")
+    profile = build_profile(
+        name="probe-test", date="2026-11-22T11:00:00+00:00", dtype="fp32", host=HOST, intra=intra,
+        compute=COMPUTE, overlap={"slowdown": 1.3}, notes=["no NVIDIA GPU"],
+    )  # fmt: skip
+    assert profile.origin == "probe" and profile.gpus_per_node == 0 and profile.gpu is None
+    link = profile.intra_node
+    assert link.backend == "gloo" and link.ranks == 2 and link.kind == "loopback-gloo"
+    assert set(link.collectives) == set(SWEPT)
+    assert link.collectives["all_reduce"].busbw_Bps == pytest.approx(1e9, rel=0.02)
+    assert link.collectives["all_reduce"].alpha_s == pytest.approx(20e-6, rel=0.05)
+    assert profile.compute.achieved_flops == {"fp32": 2.5e10}
+    assert profile.compute.overlap_slowdown == 1.3
+    assert profile.host.cpu_adam_params_per_s == 2e8 and profile.host.cpu_cores == 8
+    assert "zerotune probe" in profile.compute.source and "2026-11-22" in profile.compute.source
+    path = tmp_path / "p.yaml"
+    path.write_text(dump_profile(profile))
+    assert load_profile(str(path)) == profile
+
+
+def test_gpu_profile_from_the_dgx_replay() -> None:
+    gpus = read_gpus(ReplayNvml.from_file(str(FIXTURES / "dgx_h100.json")))
+    intra = merge_sweep(_results(8, "nccl", busbw=360e9, elem=2), "bf16")
+    profile = build_profile(
+        name="probe-dgx", date="2026-11-22", dtype="bf16", host=HOST, intra=intra, compute=None,
+        overlap=None, gpus=gpus,
+    )  # fmt: skip
+    assert profile.gpus_per_node == 8 and profile.gpu.name == "NVIDIA H100 80GB HBM3"
+    assert profile.gpu.bf16_supported is True and profile.gpu.compute_capability == "9.0"
+    assert profile.intra_node.kind == "nvlink4" and profile.intra_node.backend == "nccl"
+    assert profile.intra_node.nominal_Bps == pytest.approx(450e9) and profile.intra_node.p2p is True
+    assert profile.host.pcie_gen == 5 and profile.host.pcie_width == 16
+    assert len(profile.devices) == 8 and profile.topology.matrix[0][1] == "NV18"
+    assert profile.cuda_driver_version == "12.2"
+    # the slowest rank (7, 7% slower) sets every row's time, so the fit finds busbw / 1.07
+    assert profile.intra_node.collectives["all_gather"].busbw_Bps == pytest.approx(360e9 / 1.07, rel=1e-3)
+    assert 0 < intra.avg_busbw_GBps < 360
+
+
+def test_wrong_elements_are_summed_over_ranks() -> None:
+    intra = merge_sweep(_results(2, "gloo", wrong=1), "fp32")
+    assert intra.wrong == 2 * len(SWEPT) * len(size_sweep(4096, 2**20))
+
+
+def test_rendered_tables() -> None:
+    gpus = read_gpus(ReplayNvml.from_file(str(FIXTURES / "pcie_4090_no_p2p.json")))
+    intra = merge_sweep(_results(2, "gloo"), "fp32")
+    buf = io.StringIO()
+    console = Console(file=buf, width=160, color_system=None)
+    console.print(view.gpu_table(gpus.devices))
+    console.print(view.topology_table(gpus.topology, gpus.devices))
+    console.print(view.sweep_table("all_reduce", intra.rows["all_reduce"]))
+    text = buf.getvalue()
+    assert "NVIDIA GeForce RTX 4090" in text and "gen1 x16 / gen4 x16" in text
+    assert "PHB" in text and "SYS" in text and "0-31" in text
+    assert "busbw(GB/s)" in text and "#wrong" in text and "1048576" in text
+    chart = view.bandwidth_chart("all_reduce", intra.rows["all_reduce"], width=20)
+    lines = chart.splitlines()
+    assert len(lines) == 1 + len(intra.rows["all_reduce"])
+    assert lines[-1].count("#") == 20  # the largest size has the highest busbw here
+    assert lines[1].count("#") < lines[-1].count("#")
+
+
+def test_host_parsers() -> None:
+    cpuinfo = "processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Xeon(R)  Platinum 8480C\n"
+    assert parse_cpu_model(cpuinfo) == "Intel(R) Xeon(R) Platinum 8480C"
+    assert parse_cpu_model("processor : 0\nCPU part : 0xd4f\nModel : NVIDIA Grace\n") == "NVIDIA Grace"
+    assert parse_cpu_model("") is None
+    total, available = parse_meminfo(
+        "MemTotal:       24684096 kB\nMemFree: 1 kB\nMemAvailable:   22390212 kB\n"
+    )
+    assert total == 24684096 * 1024 and available == 22390212 * 1024
+    assert parse_meminfo("") == (None, None)
