@@ -1,3 +1,291 @@
-"""placeholder"""
+"""ZT8xx: Hugging Face "auto" values and saving (DEEPSPEED_FACTS §6; transformers integrations/deepspeed.py).
 
-RULES = ()
+HF's HfTrainerDeepSpeedConfig replaces "auto" with TrainingArguments/model values for a fixed list of keys
+(schema.HF_AUTO_KEYS) and never inserts a missing key. Anything else left as "auto" reaches DeepSpeed: inside
+pydantic sections it is dropped (the default applies), at the top level it is passed on as a string.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from zerotune.dsconfig import schema
+from zerotune.lint.context import Context
+from zerotune.lint.diagnostic import Diagnostic, Severity
+from zerotune.lint.rule import Rule
+
+
+def _autos(value: Any, pointer: str = "") -> Iterator[str]:
+    if isinstance(value, dict):
+        for key, child in value.items():
+            yield from _autos(child, f"{pointer}/{schema_escape(key)}")
+    elif isinstance(value, list):
+        for i, child in enumerate(value):
+            yield from _autos(child, f"{pointer}/{i}")
+    elif schema.is_auto(value):
+        yield pointer
+
+
+def schema_escape(key: str) -> str:
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def _filled(ctx: Context, pointer: str) -> bool:
+    """Would HF replace this "auto"? (stage-3-only keys only when stage == 3)."""
+    cond = schema.HF_AUTO_KEYS.get(pointer)
+    if cond is None and pointer.startswith("/zero_optimization/"):
+        cond = schema.HF_AUTO_KEYS.get(
+            pointer.replace("/prefetch_bucket_size", "/stage3_prefetch_bucket_size")
+        )
+    return cond == "any" or (cond == "stage3" and ctx.stage == 3)
+
+
+def _strict_pointer(pointer: str) -> bool:
+    parent = pointer.rsplit("/", 1)[0]
+    sec = schema.section(parent)
+    return sec is not None and sec.mode == "strict"
+
+
+class AutoOutsideHf(Rule):
+    """A top-level "auto" value in a config used without Hugging Face.
+
+    ## What it does
+    Without `--hf`, reports top-level keys set to "auto" (`train_batch_size`, `gradient_clipping`, …) and
+    "auto" inside `optimizer`/`scheduler` params.
+
+    ## Why is this bad?
+    Only HF Trainer/accelerate replace "auto". DeepSpeed's own launcher passes the string on: the batch
+    arithmetic fails with `TypeError: '>' not supported between 'str' and 'int'`, and optimizer
+    parameters fail when the optimizer is built.
+
+    ## Example
+    ```json
+    {"train_batch_size": "auto", "gradient_clipping": "auto"}
+    ```
+
+    ## Use instead
+    ```json
+    {"train_batch_size": 256, "gradient_clipping": 1.0}
+    ```
+    or run with HF Trainer/accelerate (`zerotune validate --hf`).
+
+    ## References
+    - microsoft/DeepSpeed#1270; deepspeed/runtime/config.py `_batch_assertion`
+    """
+
+    code = "ZT801"
+    name = "auto-outside-hf"
+    severity = Severity.ERROR
+    message = '"auto" at {where} is only filled by HF Trainer/accelerate; DeepSpeed alone fails on it'
+    fix_title = "set a concrete value, or pass --hf if HF Trainer/accelerate loads this config"
+
+    def check(self, ctx: Context) -> Iterator[Diagnostic]:
+        if ctx.options.hf:
+            return
+        for ptr in _autos(ctx.config):
+            if not _strict_pointer(ptr):
+                yield self.emit(ctx, ptr, where=ptr)
+
+
+class AutoDropped(Rule):
+    """An "auto" inside a DeepSpeed section that nothing will fill.
+
+    ## What it does
+    Reports "auto" inside `zero_optimization`, `fp16`, `bf16` and other pydantic sections when no HF
+    integration fills it: without `--hf` all of them; with `--hf` those HF does not fill (for example
+    `overlap_comm`, `sub_group_size`, and the `stage3_*` keys below stage 3).
+
+    ## Why is this bad?
+    DeepSpeed silently drops "auto" there and uses the default: `"fp16": {"enabled": "auto"}` means fp16
+    *off*, `"stage": "auto"` means ZeRO *off*.
+
+    ## Example
+    ```json
+    {"train_batch_size": 64, "zero_optimization": {"stage": "auto", "overlap_comm": "auto"}}
+    ```
+
+    ## Use instead
+    ```json
+    {"train_batch_size": 64, "zero_optimization": {"stage": 2, "overlap_comm": true}}
+    ```
+
+    ## References
+    - deepspeed/runtime/config_utils.py `DeepSpeedConfigModel.__init__`; huggingface/transformers#16495
+    """
+
+    code = "ZT802"
+    name = "auto-dropped"
+    severity = Severity.WARNING
+    message = '"auto" at {where} is not filled by anyone; DeepSpeed drops it and uses the default ({default})'
+
+    def check(self, ctx: Context) -> Iterator[Diagnostic]:
+        for ptr in _autos(ctx.config):
+            if not _strict_pointer(ptr) or (ctx.options.hf and _filled(ctx, ptr)):
+                continue
+            parent, key = ptr.rsplit("/", 1)
+            f = schema.section(parent).field(key)
+            default = "n/a" if f is None else f"{f.default!r}" if f.name != "overlap_comm" else "stage 3 only"
+            yield self.emit(ctx, ptr, where=ptr, default=default)
+
+
+class AutoNotFilledByHf(Rule):
+    """A top-level "auto" that HF Trainer/accelerate does not fill.
+
+    ## What it does
+    With `--hf`, reports "auto" outside pydantic sections on keys that HF's `trainer_config_process` /
+    `trainer_config_finalize` do not replace (they fill the batch trio, `gradient_clipping`, optimizer
+    lr/betas/eps/weight_decay and scheduler warm-up/total steps).
+
+    ## Why is this bad?
+    The string reaches DeepSpeed unchanged and fails where the value is used.
+
+    ## Example
+    ```json
+    {"train_batch_size": "auto", "steps_per_print": "auto"}
+    ```
+
+    ## Use instead
+    ```json
+    {"train_batch_size": "auto", "steps_per_print": 100}
+    ```
+
+    ## References
+    - transformers integrations/deepspeed.py `HfTrainerDeepSpeedConfig`
+    """
+
+    code = "ZT803"
+    name = "auto-not-filled-by-hf"
+    severity = Severity.ERROR
+    message = 'HF does not fill "auto" at {where}; DeepSpeed receives the string "auto"'
+
+    def check(self, ctx: Context) -> Iterator[Diagnostic]:
+        if not ctx.options.hf:
+            return
+        for ptr in _autos(ctx.config):
+            if not _strict_pointer(ptr) and not _filled(ctx, ptr):
+                yield self.emit(ctx, ptr, where=ptr)
+
+
+class AutoPrefetchFloat(Rule):
+    """`stage3_prefetch_bucket_size: "auto"` and the 0.9·h² float trap.
+
+    ## What it does
+    With `--hf` at stage 3, notes that "auto" prefetch is filled with 0.9·hidden_size².
+
+    ## Why is this bad?
+    Older transformers releases (and DeepSpeed's autotuner template) write the float `0.9 * h * h`: for
+    h=4096 that is 15099494.4, which DeepSpeed's integer field rejects (`int_from_float`). Current
+    transformers rounds it.
+
+    ## Example
+    ```json
+    {"zero_optimization": {"stage": 3, "stage3_prefetch_bucket_size": "auto"}}
+    ```
+
+    ## Use instead
+    ```json
+    {"zero_optimization": {"stage": 3, "stage3_prefetch_bucket_size": 15099494}}
+    ```
+    or require a transformers release that applies `int()`.
+
+    ## References
+    - transformers integrations/deepspeed.py `trainer_config_finalize`; DEEPSPEED_FACTS §6
+    """
+
+    code = "ZT804"
+    name = "auto-prefetch-float"
+    severity = Severity.INFO
+    message = '"auto" prefetch becomes 0.9·h²; older transformers write a float DeepSpeed rejects'
+    needs = frozenset({"hf"})
+
+    def check(self, ctx: Context) -> Iterator[Diagnostic]:
+        if ctx.options.hf and ctx.stage == 3:
+            for key in ("stage3_prefetch_bucket_size", "prefetch_bucket_size"):
+                if schema.is_auto(ctx.zero.get(key)):
+                    yield self.emit(ctx, f"/zero_optimization/{key}")
+
+
+class Zero3SaveWithoutGather(Rule):
+    """ZeRO-3 without `stage3_gather_16bit_weights_on_model_save`.
+
+    ## What it does
+    At stage 3, checks that 16-bit weights are gathered when the model is saved.
+
+    ## Why is this bad?
+    Each rank holds only a shard. Without gathering, `save_16bit_model()` / HF `save_model()` write an
+    (almost) empty state dict: a 905 KB `pytorch_model.bin` that `from_pretrained` cannot use. You then need
+    `zero_to_fp32.py` on the full DeepSpeed checkpoint.
+
+    ## Example
+    ```json
+    {"zero_optimization": {"stage": 3}}
+    ```
+
+    ## Use instead
+    ```json
+    {"zero_optimization": {"stage": 3, "stage3_gather_16bit_weights_on_model_save": true}}
+    ```
+
+    ## References
+    - huggingface/transformers#25817, hiyouga/LlamaFactory#253, huggingface/accelerate#883
+    """
+
+    code = "ZT805"
+    name = "zero3-save-without-gather"
+    severity = Severity.WARNING
+    message = (
+        "ZeRO-3 without stage3_gather_16bit_weights_on_model_save: saved 16-bit weights will be empty shards"
+    )
+
+    def check(self, ctx: Context) -> Iterator[Diagnostic]:
+        if ctx.stage != 3 or not ctx.stage_known:
+            return
+        key, value = ctx.zero_value("gather_16bit_weights_on_model_save")
+        legacy = ctx.zero.get("stage3_gather_fp16_weights_on_model_save")
+        if not value and legacy is not True:
+            yield self.emit(ctx, f"/zero_optimization/{key}" if key else "/zero_optimization/stage")
+
+
+class ClippingDefault(Rule):
+    """No `gradient_clipping` key in a config used with HF.
+
+    ## What it does
+    With `--hf`, notes a missing `gradient_clipping`.
+
+    ## Why is this bad?
+    HF only fills keys that are present, so `max_grad_norm` is not passed on; DeepSpeed 0.19 clips at its
+    own default of 1.0 (0.16 did not clip at all), whatever `--max_grad_norm` says.
+
+    ## Example
+    ```json
+    {"train_batch_size": "auto", "zero_optimization": {"stage": 2}}
+    ```
+
+    ## Use instead
+    ```json
+    {"train_batch_size": "auto", "gradient_clipping": "auto", "zero_optimization": {"stage": 2}}
+    ```
+
+    ## References
+    - DEEPSPEED_FACTS §3.3, §6 (gradient_clipping default 1.0 since 0.17+)
+    """
+
+    code = "ZT806"
+    name = "clipping-default"
+    severity = Severity.INFO
+    message = "no gradient_clipping: HF's max_grad_norm is ignored and DeepSpeed clips at 1.0"
+
+    def check(self, ctx: Context) -> Iterator[Diagnostic]:
+        if ctx.options.hf and "gradient_clipping" not in ctx.config:
+            yield self.emit(ctx, "")
+
+
+RULES = (
+    AutoOutsideHf,
+    AutoDropped,
+    AutoNotFilledByHf,
+    AutoPrefetchFloat,
+    Zero3SaveWithoutGather,
+    ClippingDefault,
+)

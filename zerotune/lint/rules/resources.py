@@ -1,3 +1,284 @@
-"""placeholder"""
+"""ZT9xx: model- and hardware-aware checks (--model, --profile or --gpus/--gpu-memory).
 
-RULES = ()
+The model, the hardware profile and the memory model come from other zerotune packages and are imported
+lazily here, so `validate` without these options stays fast (zerotune.catalog, zerotune.model.memory).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from zerotune.dsconfig.load import pointer_of
+from zerotune.lint.context import Context
+from zerotune.lint.diagnostic import Diagnostic, Severity
+from zerotune.lint.rule import Rule
+from zerotune.units import GiB, fmt_bytes, fmt_count
+
+TIGHT_FRACTION = 0.10
+"""Warn when the predicted peak leaves less than this share of GPU memory free."""
+
+
+@dataclass(frozen=True)
+class Hardware:
+    name: str
+    memory_bytes: int | None
+    bf16_supported: bool | None
+    gpus_per_node: int | None
+    nodes: int
+    host_ram_bytes: int | None
+    profile: Any = None
+
+
+@cache
+def _profile(ref: str) -> Any:
+    from zerotune.catalog.hardware import load_profile
+
+    return load_profile(ref)
+
+
+@cache
+def _model(ref: str) -> Any:
+    from zerotune.catalog.models import load_model
+
+    return load_model(ref)
+
+
+def hardware(ctx: Context) -> Hardware | None:
+    """The GPU the config will run on, from --profile or --gpus/--gpu-memory; None when not given."""
+    o = ctx.options
+    if o.profile:
+        p = _profile(o.profile)
+        gpu = p.gpu
+        mem = int(o.gpu_memory_gib * GiB) if o.gpu_memory_gib else (gpu.memory_bytes if gpu else None)
+        return Hardware(
+            gpu.name if gpu else p.name,
+            mem,
+            gpu.bf16_supported if gpu else None,
+            o.gpus or p.gpus_per_node or None,
+            p.nodes,
+            p.host.ram_bytes,
+            p,
+        )
+    if o.gpu_memory_gib:
+        return Hardware(
+            f"a {o.gpu_memory_gib:g} GiB GPU", int(o.gpu_memory_gib * GiB), o.bf16_capable, o.gpus, 1, None
+        )
+    return None
+
+
+def model(ctx: Context) -> Any:
+    return _model(ctx.options.model) if ctx.options.model else None
+
+
+def estimate(ctx: Context) -> Any:
+    """zerotune.model.memory.estimate_memory for this config, model and hardware (None if either is missing)."""
+    m, hw = model(ctx), hardware(ctx)
+    if m is None or hw is None:
+        return None
+    from zerotune.model.memory import estimate_memory
+    from zerotune.schema.workload import Workload
+
+    r = ctx.resolved
+    gpus = hw.gpus_per_node or ctx.options.world_size or 1
+    nodes = hw.nodes if hw.profile is not None else 1
+    if ctx.options.world_size and hw.profile is None:
+        gpus = ctx.options.world_size
+    opt = (r.optimizer_type or "adamw").lower()
+    opt = opt if opt in ("adamw", "adam", "sgd", "lion", "adagrad") else "adamw"
+    workload = Workload(
+        micro_batch=max(1, r.micro_batch or 1),
+        grad_accum=max(1, r.grad_accum or 1),
+        precision=r.precision,
+        optimizer=opt,
+        gpus_per_node=gpus,
+        nodes=nodes,
+    )
+    if hw.profile is not None and hw.memory_bytes == (
+        hw.profile.gpu.memory_bytes if hw.profile.gpu else None
+    ):
+        return estimate_memory(m, workload, r.zero, hardware=hw.profile)
+    est = estimate_memory(m, workload, r.zero)
+    total = est.per_gpu.total
+    from dataclasses import replace
+
+    from zerotune.model.memory import DEFAULT_MARGIN
+
+    headroom = hw.memory_bytes - int(total * (1 + DEFAULT_MARGIN))
+    return replace(est, gpu_capacity_bytes=hw.memory_bytes, fits=headroom >= 0, headroom_bytes=headroom)
+
+
+class GpuMemoryExceeded(Rule):
+    """The config's predicted per-GPU memory exceeds the GPU.
+
+    ## What it does
+    With `--model` and `--profile` (or `--gpu-memory`), predicts the peak memory of one rank under this
+    config (model states by ZeRO stage and offload, communication buffers, activations at the config's
+    micro batch with checkpointing and 2048-token sequences, CUDA context) and compares it with the GPU.
+
+    ## Why is this bad?
+    The job will run out of memory, usually after minutes of start-up. Raising the stage, offloading, or
+    lowering the micro batch is cheaper to decide before launch.
+
+    ## Example
+    `zerotune validate ds_zero1.json --model llama-13b --profile 4xrtx4090`
+
+    ## Use instead
+    A higher stage or offload: `"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}}`,
+    checked with `zerotune memory`.
+
+    ## References
+    - ZeRO (Rajbhandari et al., 2020) §5; zerotune/model/memory.py
+    """
+
+    code = "ZT901"
+    name = "gpu-memory-exceeded"
+    severity = Severity.ERROR
+    message = (
+        "predicted peak {total} per GPU exceeds {capacity} on {gpu} (ZeRO stage {stage}, micro batch {mb})"
+    )
+    needs = frozenset({"model", "hardware"})
+
+    def check(self, ctx: Context) -> Iterator[Diagnostic]:
+        est = estimate(ctx)
+        if est is not None and est.fits is False and est.per_gpu.total > est.gpu_capacity_bytes:
+            yield self.emit(
+                ctx,
+                "/zero_optimization" if "zero_optimization" in ctx.config else "",
+                total=fmt_bytes(est.per_gpu.total),
+                capacity=fmt_bytes(est.gpu_capacity_bytes),
+                gpu=hardware(ctx).name,
+                stage=ctx.resolved.zero.stage,
+                mb=ctx.resolved.micro_batch or 1,
+                help="try `zerotune memory` for the options that fit",
+            )
+
+
+class GpuMemoryTight(Rule):
+    """The predicted per-GPU memory leaves little headroom.
+
+    ## What it does
+    Like ZT901, but reports configs whose prediction fits while leaving less than 10% of the GPU free (or
+    fits only without the safety margin).
+
+    ## Why is this bad?
+    Fragmentation, longer sequences or a larger evaluation batch push such jobs over the edge; OOMs then
+    appear intermittently.
+
+    ## Example
+    `zerotune validate ds.json --model llama3-8b --gpu-memory 24`
+
+    ## Use instead
+    Leave headroom: lower the micro batch or raise the ZeRO stage.
+
+    ## References
+    - zerotune/model/memory.py (safety margin); PyTorch CUDA caching allocator notes
+    """
+
+    code = "ZT902"
+    name = "gpu-memory-tight"
+    severity = Severity.WARNING
+    message = "predicted peak {total} per GPU leaves {free} of {capacity} free"
+    needs = frozenset({"model", "hardware"})
+
+    def check(self, ctx: Context) -> Iterator[Diagnostic]:
+        est = estimate(ctx)
+        if est is None or est.gpu_capacity_bytes is None:
+            return
+        total, cap = est.per_gpu.total, est.gpu_capacity_bytes
+        if total <= cap and (est.fits is False or cap - total < TIGHT_FRACTION * cap):
+            yield self.emit(
+                ctx,
+                "/zero_optimization" if "zero_optimization" in ctx.config else "",
+                total=fmt_bytes(total),
+                free=fmt_bytes(cap - total),
+                capacity=fmt_bytes(cap),
+            )
+
+
+class HostMemoryExceeded(Rule):
+    """Offload needs more host RAM than the node has.
+
+    ## What it does
+    With `--model` and a `--profile` that records host RAM, compares the predicted offload host memory per
+    node (offloaded states plus pinned buffers, all ranks of the node) with the node's RAM.
+
+    ## Why is this bad?
+    The node swaps or the kernel's OOM killer ends the job; pinned memory cannot be swapped at all.
+
+    ## Example
+    `zerotune validate ds_zero3_offload.json --model llama-70b --profile 4xrtx4090`
+
+    ## Use instead
+    NVMe offload (`"device": "nvme"`), partial offload (`ratio`), or more nodes.
+
+    ## References
+    - ZeRO-Offload (Ren et al., 2021); ZeRO-Infinity (Rajbhandari et al., 2021)
+    """
+
+    code = "ZT903"
+    name = "host-memory-exceeded"
+    severity = Severity.ERROR
+    message = "offload needs {need} of host RAM per node, the node has {have}"
+    needs = frozenset({"model", "hardware"})
+
+    def check(self, ctx: Context) -> Iterator[Diagnostic]:
+        est, hw = estimate(ctx), hardware(ctx)
+        if est is None or not hw.host_ram_bytes or est.cpu_bytes_per_node <= hw.host_ram_bytes:
+            return
+        yield self.emit(
+            ctx,
+            "/zero_optimization",
+            need=fmt_bytes(est.cpu_bytes_per_node),
+            have=fmt_bytes(hw.host_ram_bytes),
+        )
+
+
+class NvmeBufferTooSmall(Rule):
+    """NVMe parameter swap buffers smaller than the largest parameter.
+
+    ## What it does
+    With `--model` and `offload_param.device: "nvme"` at stage 3, checks `offload_param.buffer_size`
+    (elements) against the model's largest parameter tensor.
+
+    ## Why is this bad?
+    The parameter swapper asserts "More elements … than buffer size" when a partition does not fit a
+    buffer — typically the embedding matrix.
+
+    ## Example
+    ```json
+    {"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/nvme",
+     "buffer_size": 1e8}}}
+    ```
+    with a 128k-vocabulary, 8192-wide embedding (1.05e9 elements).
+
+    ## Use instead
+    `"buffer_size"` at least the largest tensor (here 1.1e9).
+
+    ## References
+    - deepspeed/runtime/swap_tensor/partitioned_param_swapper.py `get_buffer`
+    """
+
+    code = "ZT904"
+    name = "nvme-buffer-too-small"
+    severity = Severity.ERROR
+    message = "offload_param.buffer_size {size} is smaller than the largest parameter ({largest} elements)"
+    needs = frozenset({"model"})
+
+    def check(self, ctx: Context) -> Iterator[Diagnostic]:
+        m = model(ctx)
+        z = ctx.resolved.zero
+        if m is None or z.stage != 3 or z.offload_param.device != "nvme":
+            return
+        if z.offload_param.buffer_size < m.largest_tensor:
+            ptr = "/zero_optimization/offload_param"
+            if isinstance(ctx.zero.get("offload_param"), dict) and "buffer_size" in ctx.zero["offload_param"]:
+                ptr = pointer_of("zero_optimization", "offload_param", "buffer_size")
+            yield self.emit(
+                ctx, ptr, size=fmt_count(z.offload_param.buffer_size), largest=fmt_count(m.largest_tensor)
+            )
+
+
+RULES = (GpuMemoryExceeded, GpuMemoryTight, HostMemoryExceeded, NvmeBufferTooSmall)

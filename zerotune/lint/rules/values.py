@@ -1,3 +1,725 @@
-"""placeholder"""
+"""ZT6xx: value types, ranges and the value checks DeepSpeed 0.19.8 makes at parse or engine start
+(DEEPSPEED_FACTS §1.1, §3.3, §3.4, §8)."""
 
-RULES = ()
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from zerotune.dsconfig import schema
+from zerotune.dsconfig.load import pointer_of
+from zerotune.lint.context import Context
+from zerotune.lint.diagnostic import Diagnostic, Severity
+from zerotune.lint.rule import Rule
+
+_BATCH = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")
+
+
+def _strict_values(ctx: Context) -> Iterator[tuple[str, schema.Field, Any, schema.ValueProblem]]:
+    for pointer, value, sec in ctx.sections():
+        if sec.mode != "strict":
+            continue
+        for key, raw in value.items():
+            f = sec.field(key)
+            ptr = pointer + pointer_of(key)
+            if f is None or schema.is_auto(raw) or ptr in ctx.placeholders:
+                continue
+            _, problem = schema.coerce(f, raw)
+            if problem is not None:
+                yield ptr, f, raw, problem
+
+
+class InvalidType(Rule):
+    """A value DeepSpeed's pydantic model cannot convert to the field's type.
+
+    ## What it does
+    Validates every value in a strict section the way pydantic's lax mode does: booleans accept
+    `true`/`"yes"`/`1`, integers accept JSON `5e8` and `"500000000"`, but not the string `"5e8"` or a
+    number with a fractional part.
+
+    ## Why is this bad?
+    `deepspeed.initialize` fails with a ValidationError. The classic case is Hugging Face's old
+    `0.9 * hidden_size**2` for `stage3_prefetch_bucket_size` (15099494.4 for h=4096).
+
+    ## Example
+    ```json
+    {"zero_optimization": {"stage": 3, "reduce_bucket_size": "5e8"}}
+    ```
+
+    ## Use instead
+    ```json
+    {"zero_optimization": {"stage": 3, "reduce_bucket_size": 5e8}}
+    ```
+
+    ## References
+    - deepspeed/runtime/zero/config.py; pydantic conversion table (lax mode)
+    """
+
+    code = "ZT601"
+    name = "invalid-type"
+    severity = Severity.ERROR
+    message = "`{key}`: {problem}"
+
+    def check(self, ctx: Context) -> Iterator[Diagnostic]:
+        for ptr, f, _raw, problem in _strict_values(ctx):
+            if problem.kind == "type" and not (f.kind == "object"):
+                yield self.emit(ctx, ptr, key=ptr.rsplit("/", 1)[-1], problem=problem.message)
+
+
+class OutOfRange(Rule):
+    """A number outside the range DeepSpeed allows.
+
+    ## What it does
+    Checks the bounds of DeepSpeed's pydantic fields: `reduce_bucket_size > 0` (0 was accepted before
+    0.17+), sizes and counts `>= 0`, `offload_optimizer.ratio` and other fractions in [0, 1],
+    `fp16.loss_scale >= 0` and finite, `hybrid_engine.max_out_tokens > 0`.
+
+    ## Why is this bad?
+    DeepSpeed rejects the config with a ValidationError at start-up.
+
+    ## Example
+    ```json
+    {"zero_optimization": {"stage": 2, "reduce_bucket_size": 0}}
+    ```
+
+    ## Use instead
+    ```json
+    {"zero_optimization": {"stage": 2, "reduce_bucket_size": 5e8}}
+    ```
+
+    ## References
+    - deepspeed/runtime/zero/config.py, offload_config.py, precision_config.py (Field gt/ge/le)
+    """
+
+    code = "ZT602"
+    name = "out-of-range"
+    severity = Severity.ERROR
+    message = "`{key}` {problem}"
+
+    def check(self, ctx: Context) -> Iterator[Diagnostic]:
+        for ptr, _f, _raw, problem in _strict_values(ctx):
+            if problem.kind == "range":
+                yield self.emit(ctx, ptr, key=ptr.rsplit("/", 1)[-1], problem=problem.message)
+
+
+class SectionNotObject(Rule):
+    """A config section that is not a JSON object.
+
+    ## What it does
+    Checks that sections DeepSpeed reads as mappings (`fp16`, `optimizer`, `checkpoint`,
+    `zero_optimization.offload_optimizer`, …) are objects. The legacy `"zero_optimization": true` form and
+    `"bf16": null` (falls back to defaults) are left to other rules.
+
+    ## Why is this bad?
+    DeepSpeed calls `.get`/`.keys()` on them or passes them as keyword arguments: a `true`, a number or a
+    list crashes start-up with a TypeError or AttributeError.
+
+    ## Example
+    ```json
+    {"train_batch_size": 8, "bf16": true}
+    ```
+
+    ## Use instead
+    ```json
+    {"train_batch_size": 8, "bf16": {"enabled": true}}
+    ```
+
+    ## References
+    - deepspeed/runtime/config.py, precision_config.py `get_bfloat16_config`
+    """
+
+    code = "ZT603"
+    name = "section-not-object"
+    severity = Severity.ERROR
+    message = "`{key}` must be an object, got {kind}"
+
+    def check(self, ctx: Context) -> Iterator[Diagnostic]:
+        for key, raw in ctx.config.items():
+            f = schema.SECTIONS[""].field(key)
+            if (
+                f is None
+                or f.kind != "object"
+                or isinstance(raw, dict)
+                or pointer_of(key) in ctx.placeholders
+            ):
+                continue
+            if key == "zero_optimization" and isinstance(raw, bool):
+                continue
+            if key in ("bf16", "bfloat16") and raw is None:
+                continue
+            yield self.emit(ctx, pointer_of(key), key=key, kind=schema._json_type(raw))
+        zero = ctx.zero
+        for key in ("offload_param", "offload_optimizer", "zenflow", "leaf_module"):
+            raw = zero.get(key)
+            if key in zero and raw is not None and not isinstance(raw, dict) and not schema.is_auto(raw):
+                yield self.emit(
+                    ctx, pointer_of("zero_optimization", key), key=key, kind=schema._json_type(raw)
+                )
+        for sec in ("optimizer", "scheduler"):
+            params = ctx.section(sec).get("params")
+            if "params" in ctx.section(sec) and not isinstance(params, dict):
+                yield self.emit(
+                    ctx, pointer_of(sec, "params"), key=f"{sec}.params", kind=schema._json_type(params)
+                )
+        timers = ctx.section("timers")
+        if "throughput" in timers and not isinstance(timers["throughput"], dict):
+            yield self.emit(
+                ctx,
+                "/timers/throughput",
+                key="timers.throughput",
+                kind=schema._json_type(timers["throughput"]),
+            )
+
+
+class LooseType(Rule):
+    """A top-level value of the wrong JSON type that DeepSpeed passes on unconverted.
+
+    ## What it does
+    Checks top-level scalars DeepSpeed reads with `dict.get` (booleans such as `wall_clock_breakdown`,
+    numbers such as `gradient_clipping`, `steps_per_print`) for the expected JSON type.
+
+    ## Why is this bad?
+    No conversion happens: the string `"false"` is truthy, so the feature is switched *on*; a string
+    `gradient_clipping` fails later when the optimizer compares it with a float.
+
+    ## Example
+    ```json
+    {"train_batch_size": 8, "wall_clock_breakdown": "false", "gradient_clipping": "1.0"}
+    ```
+
+    ## Use instead
+    ```json
+    {"train_batch_size": 8, "wall_clock_breakdown": false, "gradient_clipping": 1.0}
+    ```
+
+    ## References
+    - deepspeed/runtime/config_utils.py `get_scalar_param` (a plain dict.get)
+    """
+
+    code = "ZT604"
+    name = "loose-type"
+    severity = Severity.WARNING
+    message = "`{key}` should be {expected}, got {value}: DeepSpeed does not convert it"
+
+    def check(self, ctx: Context) -> Iterator[Diagnostic]:
+        expected = {"bool": "a boolean", "int": "an integer", "number": "a number", "str": "a string"}
+        for key, raw in ctx.config.items():
+            f = schema.SECTIONS[""].field(key)
+            if f is None or key in _BATCH or f.kind not in expected or pointer_of(key) in ctx.placeholders:
+                continue
+            if raw is None and f.nullable or schema.is_auto(raw):
+                continue
+            ok = {
+                "bool": isinstance(raw, bool),
+                "int": isinstance(raw, int)
+                and not isinstance(raw, bool)
+                or isinstance(raw, float)
+                and raw.is_integer(),
+                "number": isinstance(raw, (int, float)) and not isinstance(raw, bool),
+                "str": isinstance(raw, str),
+            }[f.kind]
+            if not ok:
+                yield self.emit(
+                    ctx, pointer_of(key), key=key, expected=expected[f.kind], value=schema._short(raw)
+                )
+
+
+def _str_choice(ctx: Context, key: str, choices: tuple[str, ...], allow_null: bool) -> Any:
+    """The raw value if `key` is present and not one of `choices` (case-insensitive), else None."""
+    if key not in ctx.config or pointer_of(key) in ctx.placeholders:
+        return None
+    raw = ctx.config[key]
+    if raw is None and allow_null:
+        return None
+    if isinstance(raw, str) and raw.lower() in choices:
+        return None
+    return raw if raw is not None else "null"
+
+
+class InvalidAllreduceOp(Rule):
+    """`gradient_allreduce_op` other than "mean" or "sum".
+
+    ## What it does
+    Checks the new (0.19) `gradient_allreduce_op` key.
+
+    ## Why is this bad?
+    DeepSpeed raises `ValueError: Invalid gradient_allreduce_op` at parse; `null` is rejected too.
+
+    ## Example
+    ```json
+    {"train_batch_size": 8, "gradient_allreduce_op": "avg"}
+    ```
+
+    ## Use instead
+    ```json
+    {"train_batch_size": 8, "gradient_allreduce_op": "mean"}
+    ```
+
+    ## References
+    - deepspeed/runtime/config.py `get_gradient_allreduce_op`
+    """
+
+    code = "ZT605"
+    name = "invalid-allreduce-op"
+    severity = Severity.ERROR
+    message = 'gradient_allreduce_op must be "mean" or "sum", got {value}'
+
+    def check(self, ctx: Context) -> Iterator[Diagnostic]:
+        raw = _str_choice(ctx, "gradient_allreduce_op", ("mean", "sum"), allow_null=False)
+        if raw is not None:
+            yield self.emit(ctx, "/gradient_allreduce_op", value=schema._short(raw))
+
+
+class InvalidCommDtype(Rule):
+    """A communication data type other than fp16, bf16 or fp32.
+
+    ## What it does
+    Checks `communication_data_type` and `seq_parallel_communication_data_type`.
+
+    ## Why is this bad?
+    DeepSpeed accepts only "fp16", "bf16", "fp32" (any case) or null: "bfloat16" and "float32" raise
+    ValueError, a number raises AttributeError.
+
+    ## Example
+    ```json
+    {"train_batch_size": 8, "communication_data_type": "bfloat16"}
+    ```
+
+    ## Use instead
+    ```json
+    {"train_batch_size": 8, "communication_data_type": "bf16"}
+    ```
+
+    ## References
+    - deepspeed/runtime/config.py `get_communication_data_type`
+    """
+
+    code = "ZT606"
+    name = "invalid-comm-dtype"
+    severity = Severity.ERROR
+    message = "`{key}` must be one of fp16, bf16, fp32, got {value}"
+
+    def check(self, ctx: Context) -> Iterator[Diagnostic]:
+        for key in ("communication_data_type", "seq_parallel_communication_data_type"):
+            raw = _str_choice(ctx, key, schema.COMM_DTYPES, allow_null=True)
+            if raw is not None:
+                yield self.emit(ctx, pointer_of(key), key=key, value=schema._short(raw))
+
+
+class AllreduceSumUnsupported(Rule):
+    """`gradient_allreduce_op: "sum"` with ZeRO stage 3, ZenFlow or DeepCompile.
+
+    ## What it does
+    Checks the combinations DeepSpeed refuses for summed (not averaged) gradients.
+
+    ## Why is this bad?
+    DeepSpeed raises `ValueError: gradient_allreduce_op='sum' is not supported with ZeRO stage 3`
+    (resp. ZenFlow, DeepCompile) at parse.
+
+    ## Example
+    ```json
+    {"gradient_allreduce_op": "sum", "zero_optimization": {"stage": 3}}
+    ```
+
+    ## Use instead
+    ```json
+    {"gradient_allreduce_op": "mean", "zero_optimization": {"stage": 3}}
+    ```
+    and scale the loss instead.
+
+    ## References
+    - deepspeed/runtime/config.py `_do_error_check`
+    """
+
+    code = "ZT607"
+    name = "allreduce-sum-unsupported"
+    severity = Severity.ERROR
+    message = 'gradient_allreduce_op "sum" is not supported with {what}'
+
+    def check(self, ctx: Context) -> Iterator[Diagnostic]:
+        raw = ctx.config.get("gradient_allreduce_op")
+        if not (isinstance(raw, str) and raw.lower() == "sum"):
+            return
+        if ctx.stage == 3:
+            yield self.emit(ctx, "/gradient_allreduce_op", what="ZeRO stage 3")
+        elif (
+            ctx.zero.get("zenflow") is not None
+            and "zenflow" in ctx.zero
+            and not schema.is_auto(ctx.zero["zenflow"])
+        ):
+            yield self.emit(ctx, "/gradient_allreduce_op", what="ZenFlow")
+        elif _truthy_bool(ctx.section("compile").get("deepcompile")):
+            yield self.emit(ctx, "/gradient_allreduce_op", what="DeepCompile")
+
+
+def _truthy_bool(raw: Any) -> bool:
+    value, problem = schema.coerce(schema.Field("x", "bool"), raw) if raw is not None else (False, None)
+    return bool(value) and problem is None and not schema.is_auto(raw)
+
+
+class ComputeGradNormConflict(Rule):
+    """`compute_grad_norm: false` with gradient clipping or optimizer offload.
+
+    ## What it does
+    Checks the new `zero_optimization.compute_grad_norm: false` switch against `gradient_clipping` (whose
+    default is now 1.0) and optimizer offload.
+
+    ## Why is this bad?
+    The ZeRO 1/2 optimizer raises ValueError at start-up: without a global norm it cannot clip, and the
+    offload path needs the norm.
+
+    ## Example
+    ```json
+    {"zero_optimization": {"stage": 2, "compute_grad_norm": false}}
+    ```
+
+    ## Use instead
+    ```json
+    {"gradient_clipping": 0, "zero_optimization": {"stage": 2, "compute_grad_norm": false}}
+    ```
+
+    ## References
+    - deepspeed/runtime/zero/stage_1_and_2.py; DEEPSPEED_FACTS §8
+    """
+
+    code = "ZT608"
+    name = "compute-grad-norm-conflict"
+    severity = Severity.ERROR
+    message = "compute_grad_norm=false {why}"
+
+    def check(self, ctx: Context) -> Iterator[Diagnostic]:
+        key, value = ctx.zero_value("compute_grad_norm")
+        if key is None or value or ctx.stage not in (1, 2):
+            return
+        clip = ctx.top_number("gradient_clipping")
+        clip = 1.0 if "gradient_clipping" not in ctx.config else clip
+        ptr = pointer_of("zero_optimization", key)
+        if clip is not None and clip > 0:
+            yield self.emit(
+                ctx, ptr, why=f"requires gradient_clipping=0 (it is {clip:g}; the default is 1.0)"
+            )
+        if ctx.offload("offload_optimizer"):
+            yield self.emit(ctx, ptr, why="is not supported with optimizer offload")
+
+
+class MaxGradNormInOptimizer(Rule):
+    """`max_grad_norm` inside optimizer params.
+
+    ## What it does
+    Finds `optimizer.params.max_grad_norm`.
+
+    ## Why is this bad?
+    DeepSpeed warns at parse and raises ValueError when it builds the optimizer: clipping is configured with
+    the top-level `gradient_clipping`.
+
+    ## Example
+    ```json
+    {"optimizer": {"type": "AdamW", "params": {"lr": 1e-4, "max_grad_norm": 1.0}}}
+    ```
+
+    ## Use instead
+    ```json
+    {"gradient_clipping": 1.0, "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}}}
+    ```
+
+    ## References
+    - deepspeed/runtime/engine.py `_configure_basic_optimizer`
+    """
+
+    code = "ZT609"
+    name = "max-grad-norm-in-optimizer"
+    severity = Severity.ERROR
+    message = "optimizer.params.max_grad_norm is not allowed; use top-level gradient_clipping"
+
+    def check(self, ctx: Context) -> Iterator[Diagnostic]:
+        params = ctx.section("optimizer").get("params")
+        if isinstance(params, dict) and "max_grad_norm" in params:
+            yield self.emit(ctx, "/optimizer/params/max_grad_norm")
+
+
+class UnsupportedOptimizer(Rule):
+    """An optimizer type DeepSpeed cannot build.
+
+    ## What it does
+    Checks `optimizer.type` against DeepSpeed's names (adam, adamw, adagrad, lamb, lion, muon, muadam, …,
+    case-insensitive) and `torch.optim` class names (case-sensitive).
+
+    ## Why is this bad?
+    1-bit Adam, 0/1 Adam and 1-bit LAMB were removed after 0.16; any other unknown name fails with
+    "… is not a supported DeepSpeed Optimizer" when the engine starts.
+
+    ## Example
+    ```json
+    {"optimizer": {"type": "OneBitAdam", "params": {"lr": 1e-4}}}
+    ```
+
+    ## Use instead
+    ```json
+    {"optimizer": {"type": "AdamW", "params": {"lr": 1e-4}}}
+    ```
+
+    ## References
+    - deepspeed/runtime/engine.py `_configure_basic_optimizer`; DEEPSPEED_FACTS §3.4
+    """
+
+    code = "ZT610"
+    name = "unsupported-optimizer"
+    severity = Severity.ERROR
+    message = "optimizer type {value} is not a DeepSpeed or torch.optim optimizer{detail}"
+
+    def check(self, ctx: Context) -> Iterator[Diagnostic]:
+        opt = ctx.section("optimizer")
+        if "type" not in opt or pointer_of("optimizer", "type") in ctx.placeholders:
+            return
+        raw = opt["type"]
+        if isinstance(raw, str) and (
+            raw.lower() in schema.DEEPSPEED_OPTIMIZERS or raw in schema.TORCH_OPTIMIZERS
+        ):
+            return
+        removed = isinstance(raw, str) and raw.lower() in schema.REMOVED_OPTIMIZERS
+        detail = " (removed after DeepSpeed 0.16)" if removed else ""
+        yield self.emit(ctx, "/optimizer/type", value=schema._short(raw), detail=detail)
+
+
+class UntestedOptimizer(Rule):
+    """ZeRO with an optimizer it has not been tested with.
+
+    ## What it does
+    With ZeRO on, checks that `optimizer.type` is one ZeRO supports (Adam, AdamW, Adagrad, Lion, Muon and
+    their DeepSpeed versions) or that `zero_allow_untested_optimizer` is true.
+
+    ## Why is this bad?
+    The engine asserts "You are using an untested ZeRO Optimizer" at start-up.
+
+    ## Example
+    ```json
+    {"optimizer": {"type": "SGD", "params": {"lr": 0.1}}, "zero_optimization": {"stage": 2}}
+    ```
+
+    ## Use instead
+    ```json
+    {"optimizer": {"type": "SGD", "params": {"lr": 0.1}}, "zero_allow_untested_optimizer": true,
+     "zero_optimization": {"stage": 2}}
+    ```
+
+    ## References
+    - deepspeed/runtime/zero/utils.py `is_zero_supported_optimizer`; deepspeed/runtime/engine.py
+    """
+
+    code = "ZT611"
+    name = "untested-optimizer"
+    severity = Severity.ERROR
+    message = (
+        "optimizer {value} is untested with ZeRO; DeepSpeed asserts unless zero_allow_untested_optimizer"
+    )
+
+    def check(self, ctx: Context) -> Iterator[Diagnostic]:
+        raw = ctx.optimizer_type
+        if ctx.stage == 0 or raw is None or _truthy_bool(ctx.config.get("zero_allow_untested_optimizer")):
+            return
+        known = raw.lower() in schema.DEEPSPEED_OPTIMIZERS or raw in schema.TORCH_OPTIMIZERS
+        if (
+            known
+            and raw not in schema.ZERO_SUPPORTED_TYPES
+            and raw.lower() not in schema.ZERO_SUPPORTED_TYPES
+        ):
+            yield self.emit(
+                ctx, "/optimizer/type", value=raw, help='set "zero_allow_untested_optimizer": true'
+            )
+
+
+class InvalidSchedulerSteps(Rule):
+    """Scheduler warm-up or step counts that are not positive integers.
+
+    ## What it does
+    Checks `warmup_num_steps` (WarmupLR, WarmupDecayLR, WarmupCosineLR), `lr_range_test_step_size`
+    (LRRangeTest) and `cycle_first_step_size` (OneCycle).
+
+    ## Why is this bad?
+    Since 0.19.6 the schedulers raise ValueError for a non-positive or non-integer count when they are built
+    (JSON `1e3` is a float in json.load; HF fills `max(1, warmup)` for `"auto"`).
+
+    ## Example
+    ```json
+    {"scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 0}}}
+    ```
+
+    ## Use instead
+    ```json
+    {"scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 100}}}
+    ```
+
+    ## References
+    - deepspeed/runtime/lr_schedules.py; DEEPSPEED_FACTS §3.4
+    """
+
+    code = "ZT612"
+    name = "invalid-scheduler-steps"
+    severity = Severity.ERROR
+    message = "scheduler.params.{key} must be a positive integer, got {value}"
+
+    def check(self, ctx: Context) -> Iterator[Diagnostic]:
+        params = ctx.section("scheduler").get("params")
+        if not isinstance(params, dict):
+            return
+        for key in ("warmup_num_steps", "lr_range_test_step_size", "cycle_first_step_size"):
+            raw = params.get(key)
+            if (
+                key not in params
+                or schema.is_auto(raw)
+                or pointer_of("scheduler", "params", key) in ctx.placeholders
+            ):
+                continue
+            ok = isinstance(raw, int) and not isinstance(raw, bool) and raw > 0
+            if not ok:
+                yield self.emit(
+                    ctx, pointer_of("scheduler", "params", key), key=key, value=schema._short(raw)
+                )
+
+
+class InvalidCheckpointSetting(Rule):
+    """A `checkpoint` or `data_types` value DeepSpeed rejects at parse.
+
+    ## What it does
+    Checks `checkpoint.tag_validation` (Ignore/Warn/Fail), `checkpoint.parallel_write.pipeline_stage`
+    (boolean), `checkpoint.writer.type` (fast/python/mock), `checkpoint.writer.data_parallel`
+    (replica/socket/machine) and `data_types.keep_in_fp32_modules` ("auto" or a list of strings).
+
+    ## Why is this bad?
+    DeepSpeed raises DeepSpeedConfigError or AssertionError when it parses the config.
+
+    ## Example
+    ```json
+    {"train_batch_size": 8, "checkpoint": {"tag_validation": "strict"}}
+    ```
+
+    ## Use instead
+    ```json
+    {"train_batch_size": 8, "checkpoint": {"tag_validation": "Fail"}}
+    ```
+
+    ## References
+    - deepspeed/runtime/config.py `get_checkpoint_tag_validation_mode`; runtime/model_checkpointing/config.py
+    """
+
+    code = "ZT613"
+    name = "invalid-checkpoint-setting"
+    severity = Severity.ERROR
+    message = "`{key}` must be {expected}, got {value}"
+
+    def check(self, ctx: Context) -> Iterator[Diagnostic]:
+        ckpt = ctx.section("checkpoint")
+        if "tag_validation" in ckpt:
+            raw = ckpt["tag_validation"]
+            if not (isinstance(raw, str) and raw.upper() in ("WARN", "IGNORE", "FAIL")):
+                yield self.emit(
+                    ctx,
+                    "/checkpoint/tag_validation",
+                    key="checkpoint.tag_validation",
+                    expected="one of Ignore, Warn, Fail",
+                    value=schema._short(raw),
+                )
+        pw = ckpt.get("parallel_write")
+        if isinstance(pw, dict) and "pipeline_stage" in pw and pw["pipeline_stage"] not in (True, False):
+            yield self.emit(
+                ctx,
+                "/checkpoint/parallel_write/pipeline_stage",
+                key="checkpoint.parallel_write.pipeline_stage",
+                expected="true or false",
+                value=schema._short(pw["pipeline_stage"]),
+            )
+        writer = ckpt.get("writer")
+        if isinstance(writer, dict):
+            for key, choices in (
+                ("type", ("FAST", "PYTHON", "MOCK")),
+                ("data_parallel", ("REPLICA", "SOCKET", "MACHINE")),
+            ):
+                raw = writer.get(key)
+                if raw is not None and not (isinstance(raw, str) and raw.upper() in choices):
+                    yield self.emit(
+                        ctx,
+                        pointer_of("checkpoint", "writer", key),
+                        key=f"checkpoint.writer.{key}",
+                        expected="one of " + ", ".join(c.lower() for c in choices),
+                        value=schema._short(raw),
+                    )
+        dt = ctx.section("data_types")
+        if "keep_in_fp32_modules" in dt:
+            raw = dt["keep_in_fp32_modules"]
+            if raw != "auto" and not (isinstance(raw, list) and all(isinstance(x, str) for x in raw)):
+                yield self.emit(
+                    ctx,
+                    "/data_types/keep_in_fp32_modules",
+                    key="data_types.keep_in_fp32_modules",
+                    expected='"auto" or a list of name patterns',
+                    value=schema._short(raw),
+                )
+
+
+class InvalidAutocast(Rule):
+    """A `torch_autocast` dtype or module list DeepSpeed rejects.
+
+    ## What it does
+    Checks `torch_autocast.dtype` against DeepSpeed's dtype names (fp16/float16/half, bf16/bfloat16,
+    fp32/float32/float, int8, and their `torch.` forms) and `lower_precision_safe_modules` for a list of
+    strings.
+
+    ## Why is this bad?
+    DeepSpeed raises ValueError at parse ("'fp8' is not a valid DtypeEnum", "Expected list of strings").
+
+    ## Example
+    ```json
+    {"train_batch_size": 8, "torch_autocast": {"enabled": true, "dtype": "fp8"}}
+    ```
+
+    ## Use instead
+    ```json
+    {"train_batch_size": 8, "torch_autocast": {"enabled": true, "dtype": "bfloat16"}}
+    ```
+
+    ## References
+    - deepspeed/runtime/config.py `get_torch_autocast_dtype`, `get_lower_precision_safe_modules`
+    """
+
+    code = "ZT614"
+    name = "invalid-autocast"
+    severity = Severity.ERROR
+    message = "torch_autocast.{key} {problem}"
+
+    def check(self, ctx: Context) -> Iterator[Diagnostic]:
+        ac = ctx.section("torch_autocast")
+        if "dtype" in ac and not (isinstance(ac["dtype"], str) and ac["dtype"] in schema.AUTOCAST_DTYPES):
+            yield self.emit(
+                ctx,
+                "/torch_autocast/dtype",
+                key="dtype",
+                problem=f"is not a DeepSpeed dtype name: {schema._short(ac['dtype'])}",
+            )
+        mods = ac.get("lower_precision_safe_modules")
+        if "lower_precision_safe_modules" in ac and not (
+            isinstance(mods, (list, str)) and all(isinstance(m, str) for m in mods)
+        ):
+            yield self.emit(
+                ctx,
+                "/torch_autocast/lower_precision_safe_modules",
+                key="lower_precision_safe_modules",
+                problem="must be a list of module class paths (strings)",
+            )
+
+
+RULES = (
+    InvalidType,
+    OutOfRange,
+    SectionNotObject,
+    LooseType,
+    InvalidAllreduceOp,
+    InvalidCommDtype,
+    AllreduceSumUnsupported,
+    ComputeGradNormConflict,
+    MaxGradNormInOptimizer,
+    UnsupportedOptimizer,
+    UntestedOptimizer,
+    InvalidSchedulerSteps,
+    InvalidCheckpointSetting,
+    InvalidAutocast,
+)
