@@ -390,8 +390,8 @@ LIVE = [
 
 @pytest.fixture(scope="module")
 def recorder():
-    pytest.importorskip("transformers")
-    pytest.importorskip("torch")
+    pytest.importorskip("transformers", exc_type=ImportError)
+    pytest.importorskip("torch", exc_type=ImportError)
     spec = importlib.util.spec_from_file_location(
         "record_hf_counts", REPO / "scripts" / "record_hf_counts.py"
     )
