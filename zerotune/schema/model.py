@@ -66,7 +66,11 @@ class ModelSpec(BaseModel):
 
     @cached_property
     def largest_layer(self) -> int:
-        """Params of the largest module (DeepSpeed's estimators call this largest_layer_params)."""
+        """Params of the largest entry of `layers` (a whole transformer block, usually).
+
+        Not DeepSpeed's `largest_layer_params`: its estimators take the max over modules of their
+        *direct* parameters (recurse=False, stage3.py), i.e. one Linear's weight (+ bias), which is
+        `largest_tensor` up to a bias."""
         return max(layer.params for layer in self.layers)
 
     @cached_property
