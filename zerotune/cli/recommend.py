@@ -1,12 +1,222 @@
-"""`zerotune recommend` (placeholder until its issue lands)."""
+"""`zerotune recommend`: the fastest ZeRO configuration that fits, explained, as a DeepSpeed JSON.
+
+Profile: --profile, else the cached probe when it found GPUs, else the built-in dgx-h100 (said
+on stderr). Files (--out, its sidecar, --accelerate-config) are written atomically and never
+over an existing file without --force; with --out ds.json the reasons go to ds.json.reasons.md
+(strict JSON stays loadable by HF/accelerate), with --hjson they are comments in the file.
+"""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
 
 from zerotune.errors import InputError
 
 NAME = "recommend"
-HELP = "Not implemented yet."
+HELP = "Search the ZeRO configuration space and write the best DeepSpeed config, with reasons."
 
 
-def command() -> None:
-    raise InputError("'zerotune recommend' is not implemented yet")
+def _hardware(profile: str | None, gpus: int | None, nodes: int | None, notices: list[str]):
+    from zerotune.catalog.hardware import (
+        DEFAULT_PROFILE,
+        load_cached_probe,
+        load_profile,
+        probe_cache_path,
+        with_counts,
+    )
+
+    if profile is not None:
+        hw = load_profile(profile)
+    else:
+        cached = load_cached_probe()
+        if cached is not None and cached.has_gpus:
+            hw = cached
+            notices.append(f"no --profile: using the cached probe {probe_cache_path()} ({hw.name})")
+        else:
+            hw = load_profile(DEFAULT_PROFILE)
+            why = "the cached probe found no GPUs" if cached is not None else "no cached probe"
+            notices.append(f"no --profile and {why}: using the built-in profile {DEFAULT_PROFILE}")
+    world = None
+    if hw.has_gpus:
+        if gpus is not None or nodes is not None:
+            hw = with_counts(hw, gpus_per_node=gpus, nodes=nodes)
+    else:
+        world = gpus  # ranks on a host without GPUs (gloo)
+        if nodes not in (None, 1):
+            raise InputError(f"profile {hw.name!r} has no GPUs: --nodes must be 1")
+    return hw, world
+
+
+def _targets(out: Path | None, hjson: bool, accelerate: Path | None, force: bool) -> list[Path]:
+    paths = [p for p in (out, None if out is None or hjson else Path(f"{out}.reasons.md"), accelerate) if p]
+    if not force:
+        for p in paths:
+            if p.exists():
+                raise InputError(f"{p} already exists", hint="pass --force to overwrite it")
+    return paths
+
+
+def command(
+    model: Annotated[str, typer.Option(help="Catalog model name or a Hugging Face config.json.")],
+    profile: Annotated[
+        str | None,
+        typer.Option(help="Hardware profile (catalog name or file); default: cached probe or dgx-h100."),
+    ] = None,
+    gpus: Annotated[
+        int | None, typer.Option(help="GPUs per node (ranks on a CPU host); default: the profile's.")
+    ] = None,
+    nodes: Annotated[int | None, typer.Option(help="Nodes; default: the profile's.")] = None,
+    seq_len: Annotated[int, typer.Option(help="Tokens per sequence.")] = 2048,
+    global_batch_tokens: Annotated[
+        int,
+        typer.Option(help="Target tokens per optimizer step (default 2^21 = 2,097,152; 1-4M is typical)."),
+    ] = 2**21,
+    objective: Annotated[
+        str, typer.Option(help="throughput, memory (least memory within 5% of the best) or cost.")
+    ] = "throughput",
+    hourly_rate: Annotated[
+        float | None,
+        typer.Option(help="Cluster price in USD/hour for --objective cost (default: the profile's)."),
+    ] = None,
+    margin: Annotated[float, typer.Option(help="Memory safety margin on top of the predicted peak.")] = 0.10,
+    out: Annotated[
+        Path | None, typer.Option(help="Write the DeepSpeed JSON here (+ OUT.reasons.md).")
+    ] = None,
+    hjson: Annotated[
+        bool,
+        typer.Option(
+            "--hjson", help="Write reasons as comments inside OUT (DeepSpeed reads hjson; HF does not)."
+        ),
+    ] = False,
+    hf: Annotated[bool, typer.Option("--hf", help='Leave HF Trainer-managed keys as "auto".')] = False,
+    accelerate_config: Annotated[
+        Path | None, typer.Option(help="Also write an accelerate YAML that points at OUT.")
+    ] = None,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite existing files.")] = False,
+    top: Annotated[int, typer.Option(help="Alternatives to list.")] = 5,
+    measure: Annotated[
+        int, typer.Option(help="Run zerotune bench on the top K and pick the best measured.")
+    ] = 0,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON only, on stdout.")] = False,
+) -> None:
+    from zerotune.catalog.models import load_model
+    from zerotune.dsconfig import emit
+    from zerotune.files import write_atomic
+    from zerotune.render import console
+    from zerotune.search.rank import SearchRequest
+    from zerotune.search.recommend import recommend, to_json
+
+    if top < 1:
+        raise InputError(f"--top must be at least 1, got {top}")
+    if measure < 0:
+        raise InputError(f"--measure must be 0 or more, got {measure}")
+    if gpus is not None and gpus < 1:
+        raise InputError(f"--gpus must be at least 1, got {gpus}")
+    if accelerate_config is not None and out is None:
+        raise InputError(
+            "--accelerate-config needs --out (the YAML points at the JSON)", hint="add --out ds.json"
+        )
+    if hjson and out is None:
+        raise InputError("--hjson needs --out", hint="add --out ds.json")
+    targets = _targets(out, hjson, accelerate_config, force)
+
+    notices: list[str] = []
+    spec = load_model(model)
+    hardware, world = _hardware(profile, gpus, nodes, notices)
+    request = SearchRequest(
+        seq_len=seq_len,
+        global_batch_tokens=global_batch_tokens,
+        objective=objective,  # type: ignore[arg-type]
+        hourly_rate_usd=hourly_rate,
+        safety_margin=margin,
+        world_size=world,
+    )
+    err = console.err()
+    for line in notices:
+        err.print(f"[dim]{line}[/dim]")
+    with err.status(f"searching configurations of {spec.name} on {hardware.name}", spinner="dots"):
+        rec = recommend(spec, hardware, request, top_k=max(top, measure), hf=hf)
+    if rec is None:
+        raise InputError(
+            f"no configuration of {spec.name} fits {hardware.name} (stage 3 with every offload included)",
+            hint="use more GPUs (--gpus/--nodes, a bigger profile), a shorter --seq-len or a smaller model",
+        )
+    measured = None
+    if measure:
+        from zerotune.search.measure import measure_top
+
+        rec, measured = measure_top(rec, measure, say=lambda m: err.print(f"[dim]{m}[/dim]"))
+
+    files: dict[str, str] = {}
+    if out is not None:
+        header = "\n".join(rec.explanation.summary)
+        if hjson:
+            write_atomic(out, emit.to_hjson(rec.config, rec.reasons, header=header), force=force)
+        else:
+            write_atomic(out, emit.to_json(rec.config), force=force)
+            sidecar = targets[1]
+            title = f"zerotune recommendation: {spec.name} on {hardware.name}"
+            text = emit.reasons_markdown(
+                rec.config,
+                rec.reasons,
+                title=title,
+                summary=list(rec.explanation.summary),
+                config_name=out.name,
+            )
+            write_atomic(sidecar, text, force=force)
+            files["reasons"] = str(sidecar)
+        files["config"] = str(out)
+    if accelerate_config is not None:
+        w = rec.result.workload
+        text = emit.accelerate_yaml(
+            str(out),
+            world_size=w.world_size,
+            nodes=w.nodes,
+            precision=rec.best.candidate.precision,
+            stage=rec.best.candidate.stage,
+        )
+        write_atomic(accelerate_config, text, force=force)
+        files["accelerate_config"] = str(accelerate_config)
+
+    if json_out:
+        console.print_json(json.dumps(to_json(rec, files=files, measured=measured), indent=2))
+        return
+    _render(rec, measured, files)
+
+
+def _render(rec, measured, files: dict[str, str]) -> None:
+    from zerotune.dsconfig.emit import to_json as config_json
+    from zerotune.render import console
+    from zerotune.render import recommend as view
+    from zerotune.render.predict import memory_breakdown_table, timeline_text
+
+    out = console.out()
+    out.print(view.summary_text(rec))
+    out.print()
+    out.print(view.config_table(rec.config, rec.reasons))
+    out.print()
+    out.print(memory_breakdown_table(rec.best.memory, title="Predicted memory per GPU"))
+    out.print(view.memory_bar(rec.best))
+    out.print()
+    out.print(
+        timeline_text(rec.detail, width=max(40, min(100, out.width - 12))), markup=False, highlight=False
+    )
+    out.print()
+    cost = rec.result.cost if rec.result.hourly_rate_usd is not None else None
+    out.print(view.top_table(rec.top, cost=cost))
+    out.print()
+    out.print(view.comparison_table(rec.baselines))
+    if measured:
+        out.print()
+        out.print(view.measured_table(measured))
+    out.print()
+    if files:
+        for kind, path in files.items():
+            out.print(f"wrote {kind}: {path}")
+    else:
+        out.print("DeepSpeed JSON (pass --out ds.json to write it with its reasons):")
+        out.print(config_json(rec.config), markup=False, highlight=False)

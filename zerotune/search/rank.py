@@ -302,7 +302,12 @@ class Evaluator:
 
 
 def rank_key(objective: Objective, best_tps: float, rate: float | None) -> Callable[[Evaluation], tuple]:
-    """Sort key for fitting evaluations under `objective` (objective.py documents the rules)."""
+    """Sort key for fitting evaluations under `objective` (objective.py documents the rules).
+
+    Among equal throughputs, contiguous_gradients on (DeepSpeed's default) comes before off: the
+    step model cannot see its benefit (no scattered-gradient copies or fragmentation), so "off"
+    should win only where "on" does not fit.
+    """
     if objective == "memory":
         floor = best_tps * (1 - MEMORY_TOLERANCE)
 
@@ -321,12 +326,17 @@ def rank_key(objective: Objective, best_tps: float, rate: float | None) -> Calla
 
         def key(ev: Evaluation) -> tuple:
             cost = cost_per_billion_tokens(ev.tokens_per_s, rate or 0.0)
-            return (quantize(cost), ev.per_gpu_bytes, ev.candidate)
+            return (quantize(cost), not ev.candidate.contiguous_gradients, ev.per_gpu_bytes, ev.candidate)
 
         return key
 
     def key(ev: Evaluation) -> tuple:
-        return (-quantize(ev.tokens_per_s), ev.per_gpu_bytes, ev.candidate)
+        return (
+            -quantize(ev.tokens_per_s),
+            not ev.candidate.contiguous_gradients,
+            ev.per_gpu_bytes,
+            ev.candidate,
+        )
 
     return key
 

@@ -1,0 +1,182 @@
+"""Rich renderables for `zerotune recommend`: the config with reasons, the memory bar, the top-K
+alternatives, the side-by-side with DeepSpeed's defaults and HF's "auto", and the measured table.
+
+Pure builders (nothing is printed here); the timeline and memory breakdown are the predict and
+memory renderers (zerotune/render/predict.py, zerotune/render/memory.py).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from zerotune.dsconfig.emit import get_path, leaf_paths
+from zerotune.render.memory import PARTS, stacked_bar
+from zerotune.search.rank import Evaluation
+from zerotune.search.recommend import Baseline, Recommendation
+from zerotune.units import GiB, fmt_count
+
+
+def _gib(n: float | None) -> str:
+    return "n/a" if n is None else f"{n / GiB:.1f}"
+
+
+def _count(n: int) -> str:
+    return fmt_count(n) if n >= 10_000 else str(n)
+
+
+def summary_text(rec: Recommendation) -> Text:
+    text = Text()
+    for i, line in enumerate(rec.explanation.summary):
+        if i:
+            text.append("\n")
+        style = "bold" if i == 0 else ("yellow" if line.startswith("binding") else "")
+        text.append(line, style=style)
+    return text
+
+
+def config_table(config: dict[str, Any], reasons: dict[str, str]) -> Table:
+    """One row per emitted key: dotted path, value, and why."""
+    table = Table(title="DeepSpeed config", title_justify="left", show_lines=False, expand=False)
+    table.add_column("key", no_wrap=True, style="cyan")
+    table.add_column("value", justify="right", no_wrap=True)
+    table.add_column("why", overflow="fold", ratio=1)
+    for path in leaf_paths(config):
+        table.add_row(path, json.dumps(get_path(config, path)), reasons.get(path, ""))
+    return table
+
+
+def memory_bar(ev: Evaluation, width: int = 60) -> Group:
+    """A one-line stacked bar of the per-GPU breakdown against the GPU capacity (`|`)."""
+    mem = ev.memory
+    cap = mem.gpu_capacity_bytes
+    full = max(mem.per_gpu.total, cap or 0) or 1
+    scale = width / full
+    bar = stacked_bar(mem.per_gpu, scale, width)
+    if cap:
+        pad = round(cap * scale) - len(bar.plain)
+        if pad >= 0:
+            bar.append(" " * pad + "|", style="dim")
+    legend = Text("  ").join(Text(f"█ {label}", style=colour) for _, label, colour in PARTS)
+    caption = f"{_gib(mem.per_gpu.total)} GiB per GPU" + (f" of {_gib(cap)} GiB (|)" if cap else "")
+    return Group(legend, bar, Text(caption, style="dim"))
+
+
+def short_label(ev: Evaluation) -> str:
+    """'z3 opt:cpu par:cpu' for stage 3 with optimizer and parameter offload to CPU."""
+    c = ev.candidate
+    text = f"z{c.stage}"
+    if c.offload_optimizer != "none":
+        text += f" opt:{c.offload_optimizer}"
+    if c.offload_param != "none":
+        text += f" par:{c.offload_param}"
+    return text
+
+
+def _row(ev: Evaluation) -> list[str]:
+    c = ev.candidate
+    s3 = c.stage == 3
+    return [
+        short_label(ev),
+        f"{c.micro_batch}x{c.grad_accum}",
+        "on" if c.checkpointing else "off",
+        _count(c.reduce_bucket_size) if c.stage else "-",
+        ("on" if c.overlap_comm else "off") if c.stage else "-",
+        _count(c.prefetch_bucket_size) if s3 else "-",
+        _count(c.param_persistence_threshold) if s3 else "-",
+        _count(c.max_live_parameters) if s3 else "-",
+        _gib(ev.per_gpu_bytes),
+    ]
+
+
+_HEAD = (
+    "configuration",
+    "mb x GA",
+    "ckpt",
+    "reduce",
+    "overlap",
+    "prefetch",
+    "persist",
+    "max_live",
+    "GiB/GPU",
+)
+
+
+def top_table(evals: Sequence[Evaluation], *, cost: Any = None) -> Table:
+    """The top-K alternatives (distinct stage/offload/batch/checkpointing), best first."""
+    table = Table(title=f"Top {len(evals)} alternatives", title_justify="left")
+    table.add_column("#", justify="right")
+    for h in _HEAD:
+        table.add_column(h, justify="left" if h == "zero" else "right", no_wrap=True)
+    table.add_column("step s", justify="right")
+    table.add_column("tokens/s", justify="right")
+    if cost is not None:
+        table.add_column("$/1B tok", justify="right")
+    best = evals[0].tokens_per_s if evals else 0
+    for i, ev in enumerate(evals, 1):
+        row = [str(i), *_row(ev), f"{ev.step_time_s:.3g}", f"{ev.tokens_per_s:,.0f}"]
+        if best and i > 1:
+            row[-1] += f" ({ev.tokens_per_s / best - 1:+.1%})"
+        if cost is not None:
+            value = cost(ev)
+            row.append("n/a" if value is None else f"{value:,.0f}")
+        table.add_row(*row)
+    return table
+
+
+def comparison_table(baselines: Sequence[Baseline]) -> Table:
+    """zerotune's choice next to DeepSpeed's defaults and HF's "auto" for the same workload."""
+    table = Table(
+        title='Same stage, offload and batch: zerotune vs DeepSpeed defaults vs HF "auto"',
+        title_justify="left",
+    )
+    table.add_column("config", no_wrap=True)
+    for h in ("reduce", "overlap", "prefetch", "persist", "max_live", "GiB/GPU"):
+        table.add_column(h, justify="right", no_wrap=True)
+    table.add_column("fits", justify="center")
+    table.add_column("step s", justify="right")
+    table.add_column("tokens/s", justify="right")
+    ours = baselines[0].evaluation.tokens_per_s if baselines else 0
+    for bl in baselines:
+        ev = bl.evaluation
+        c = ev.candidate
+        s3 = c.stage == 3
+        fits = Text("yes", style="green") if ev.fits else Text("no", style="red")
+        tps = f"{ev.tokens_per_s:,.0f}" if ev.step is not None else "n/a"
+        if ev.step is not None and ours and bl.name != "zerotune":
+            tps += f" ({ev.tokens_per_s / ours - 1:+.1%})"
+        table.add_row(
+            bl.name,
+            _count(c.reduce_bucket_size) if c.stage else "-",
+            ("on" if c.overlap_comm else "off") if c.stage else "-",
+            _count(c.prefetch_bucket_size) if s3 else "-",
+            _count(c.param_persistence_threshold) if s3 else "-",
+            _count(c.max_live_parameters) if s3 else "-",
+            _gib(ev.per_gpu_bytes),
+            fits,
+            f"{ev.step_time_s:.3g}" if ev.step is not None else "n/a",
+            tps,
+        )
+    return table
+
+
+def measured_table(rows: Sequence[dict[str, Any]]) -> Table:
+    """--measure: predicted vs measured (bench proxy) for the top-K candidates."""
+    table = Table(title="Measured (zerotune bench proxy)", title_justify="left")
+    for h in ("#", "configuration", "predicted tokens/s", "measured step s", "measured tokens/s", "pick"):
+        table.add_column(h, justify="left" if h == "configuration" else "right", no_wrap=True)
+    for row in rows:
+        table.add_row(
+            str(row["rank"]),
+            row["label"],
+            f"{row['predicted_tokens_per_s']:,.0f}",
+            "failed" if row.get("error") else f"{row['measured_step_time_s']:.3g}",
+            "-" if row.get("error") else f"{row['measured_tokens_per_s']:,.1f}",
+            "*" if row.get("chosen") else "",
+        )
+    return table

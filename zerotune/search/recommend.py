@@ -1,0 +1,246 @@
+"""`zerotune recommend` as a function: search, explain, emit, compare with the baselines.
+
+The CLI (zerotune/cli/recommend.py) resolves the model and profile, calls `recommend`, renders
+the result and writes the files; everything a test wants to check is on `Recommendation`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from zerotune.dsconfig.emit import HF_AUTO_PATHS, emit_config, get_path, has_path, hf_auto
+from zerotune.dsconfig.hf_auto import BASELINES, hf_hidden_size_values
+from zerotune.schema.hardware import HardwareProfile
+from zerotune.schema.model import ModelSpec
+from zerotune.search.explain import Explanation, explain, group_label
+from zerotune.search.rank import Evaluation, SearchRequest, SearchResult, search
+from zerotune.search.space import workload_for
+
+JSON_SCHEMA_VERSION = 1
+
+# HF TrainingArguments each "auto" key is filled from (transformers integrations/deepspeed.py).
+HF_ARGS = {
+    "train_batch_size": "world_size x per_device_train_batch_size x gradient_accumulation_steps",
+    "train_micro_batch_size_per_gpu": "--per_device_train_batch_size",
+    "gradient_accumulation_steps": "--gradient_accumulation_steps",
+    "gradient_clipping": "--max_grad_norm",
+    "optimizer.params.lr": "--learning_rate",
+    "optimizer.params.betas": "--adam_beta1/--adam_beta2",
+    "optimizer.params.eps": "--adam_epsilon",
+    "optimizer.params.weight_decay": "--weight_decay",
+    "bf16.enabled": "--bf16",
+    "fp16.enabled": "--fp16",
+}
+
+
+@dataclass(frozen=True)
+class Baseline:
+    name: str
+    evaluation: Evaluation
+    """memory and step time of the baseline (predicted even when it does not fit)"""
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    result: SearchResult
+    best: Evaluation
+    explanation: Explanation
+    config: dict[str, Any]
+    """the DeepSpeed config as written (with --hf: HF-managed keys "auto")"""
+    concrete: dict[str, Any]
+    """the same config with every value concrete (what DeepSpeed sees after HF fills "auto")"""
+    reasons: dict[str, str]
+    detail: Any
+    """StepEstimate of the choice with detail=True (timeline, per-collective records)"""
+    top: tuple[Evaluation, ...]
+    baselines: tuple[Baseline, ...]
+    hf: bool
+
+    @property
+    def hf_values(self) -> dict[str, Any]:
+        """What HF Trainer would put into the "auto" keys for this recommendation's arguments."""
+        return {p: get_path(self.concrete, p) for p in HF_AUTO_PATHS if has_path(self.concrete, p)}
+
+
+def top_alternatives(result: SearchResult, k: int) -> tuple[Evaluation, ...]:
+    """The best `k` ranked candidates with distinct (stage, offload, batch split, checkpointing):
+    the next-best configurations that differ in something that matters, not in a knob that
+    changes nothing."""
+    out: list[Evaluation] = []
+    seen: set[tuple] = set()
+    for ev in result.ranked:
+        if ev.candidate.macro in seen:
+            continue
+        seen.add(ev.candidate.macro)
+        out.append(ev)
+        if len(out) >= k:
+            break
+    return tuple(out)
+
+
+def recommend(
+    model: ModelSpec,
+    hardware: HardwareProfile,
+    request: SearchRequest | None = None,
+    *,
+    top_k: int = 5,
+    hf: bool = False,
+    result: SearchResult | None = None,
+    choice: Evaluation | None = None,
+) -> Recommendation | None:
+    """Search and explain; None when nothing fits. `result`/`choice` let a caller (--measure)
+    re-explain a different candidate of an existing search."""
+    result = result or search(model, hardware, request)
+    best = choice or result.best
+    if best is None:
+        return None
+    explanation = explain(result, best)
+    world = result.workload.world_size
+    concrete = emit_config(best.candidate, world)
+    reasons = dict(explanation.reasons)
+    config = concrete
+    if hf:
+        config = hf_auto(concrete)
+        h = hf_hidden_size_values(model)
+        for path in HF_AUTO_PATHS:
+            if has_path(config, path):
+                reasons[path] = (
+                    f'"auto": HF Trainer fills it from {HF_ARGS[path]} and checks it; '
+                    f"zerotune predicted with {get_path(concrete, path)}. " + reasons.get(path, "")
+                ).strip()
+        if "zero_optimization.reduce_bucket_size" in reasons:
+            reasons["zero_optimization.reduce_bucket_size"] += (
+                f'; kept concrete under --hf: "auto" would give HF\'s h^2 = {h["reduce_bucket_size"]:,}'
+            )
+    from zerotune.model.step import predict_step
+
+    detail = predict_step(
+        model,
+        workload_for(result.workload, best.candidate),
+        best.candidate.zero_settings(),
+        hardware,
+        detail=True,
+    )
+    baselines = [Baseline("zerotune", best)]
+    for name, make in BASELINES.items():
+        baselines.append(Baseline(name, result.evaluate.unconstrained(make(best.candidate, model))))
+    return Recommendation(
+        result=result,
+        best=best,
+        explanation=explanation,
+        config=config,
+        concrete=concrete,
+        reasons=reasons,
+        detail=detail,
+        top=top_alternatives(result, top_k),
+        baselines=tuple(baselines),
+        hf=hf,
+    )
+
+
+def candidate_summary(ev: Evaluation) -> dict[str, Any]:
+    c = ev.candidate
+    return {
+        "stage": c.stage,
+        "offload_optimizer": c.offload_optimizer,
+        "offload_param": c.offload_param,
+        "label": group_label((c.stage, c.offload_optimizer, c.offload_param)),
+        "micro_batch": c.micro_batch,
+        "grad_accum": c.grad_accum,
+        "activation_checkpointing": c.checkpointing,
+        "precision": c.precision,
+        "reduce_bucket_size": c.reduce_bucket_size,
+        "overlap_comm": c.overlap_comm,
+        "contiguous_gradients": c.contiguous_gradients,
+        **(
+            {
+                "stage3_prefetch_bucket_size": c.prefetch_bucket_size,
+                "stage3_param_persistence_threshold": c.param_persistence_threshold,
+                "stage3_max_live_parameters": c.max_live_parameters,
+                "stage3_max_reuse_distance": c.max_reuse_distance,
+                "sub_group_size": c.sub_group_size,
+            }
+            if c.stage == 3
+            else {}
+        ),
+        "per_gpu_bytes": ev.per_gpu_bytes,
+        "fits": ev.fits,
+        "step_time_s": ev.step_time_s if ev.step is not None else None,
+        "tokens_per_s": ev.tokens_per_s if ev.step is not None else None,
+    }
+
+
+def to_json(
+    rec: Recommendation, *, files: dict[str, str] | None = None, measured: list | None = None
+) -> dict:
+    """The `--json` document (schema_version 1)."""
+    r, best = rec.result, rec.best
+    step = best.step
+    mem = best.memory
+    b = mem.per_gpu
+    s = r.stats
+    return {
+        "schema_version": JSON_SCHEMA_VERSION,
+        "model": {"name": r.model.name, "params": r.model.params},
+        "hardware": {
+            "name": r.hardware.name,
+            "origin": r.hardware.origin,
+            "nodes": r.workload.nodes,
+            "gpus_per_node": r.workload.gpus_per_node,
+            "world_size": r.workload.world_size,
+        },
+        "request": {
+            "seq_len": r.request.seq_len,
+            "global_batch_tokens": r.request.global_batch_tokens,
+            "objective": r.request.objective,
+            "safety_margin": r.request.safety_margin,
+            "hourly_rate_usd": r.hourly_rate_usd,
+            "hf": rec.hf,
+        },
+        "config": rec.config,
+        "reasons": rec.reasons,
+        "summary": list(rec.explanation.summary),
+        "binding_constraint": {"kind": rec.explanation.binding, "detail": rec.explanation.binding_detail},
+        "activation_checkpointing": best.candidate.checkpointing,
+        "predicted": {
+            "step_time_s": step.step_time_s,
+            "tokens_per_s": step.tokens_per_s,
+            "mfu": step.mfu,
+            "compute_s": step.compute_s,
+            "comm_s": step.comm_s,
+            "exposed_comm_s": step.exposed_comm_s,
+            "optimizer_s": step.optimizer_s,
+            "offload_s": step.offload_s,
+            "bottleneck": step.bottleneck,
+            "usd_per_billion_tokens": r.cost(best),
+            "memory": {
+                "per_gpu_bytes": b.total,
+                "fits": mem.fits,
+                "gpu_capacity_bytes": mem.gpu_capacity_bytes,
+                "cpu_bytes_per_node": mem.cpu_bytes_per_node,
+                "nvme_bytes_per_node": mem.nvme_bytes_per_node,
+                "breakdown": {
+                    "params": b.params,
+                    "gradients": b.gradients,
+                    "optimizer_states": b.optimizer_states,
+                    "comm_buffers": b.comm_buffers,
+                    "activations": b.activations,
+                    "overhead": b.overhead,
+                },
+            },
+        },
+        "top": [candidate_summary(ev) for ev in rec.top],
+        "comparison": [{"name": bl.name, **candidate_summary(bl.evaluation)} for bl in rec.baselines],
+        "search": {
+            "candidates": s.candidates,
+            "pruned_by_memory": s.pruned,
+            "screened_out": s.screened_out,
+            "predicted": s.predicted,
+            "memory_estimates": s.memory_estimates,
+            "step_predictions": s.step_predictions,
+            "wall_s": s.wall_s,
+        },
+        "files": files or {},
+        **({"measured": measured} if measured is not None else {}),
+    }
