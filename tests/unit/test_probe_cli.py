@@ -31,3 +31,55 @@ def test_unknown_model(cli, tmp_path, monkeypatch) -> None:
     result = cli("probe", "--model", "no-such-model-xyz", "--quick")
     assert result.code == 2 and "no-such-model-xyz" in result.stderr
     assert not (tmp_path / "last-probe.yaml").exists()
+
+
+def _outcome(wrong: int = 0):
+    from tests.unit.test_probe_profile import COMPUTE, HOST, _results
+    from zerotune.probe.profile import ProbeOutcome, build_profile, merge_sweep
+
+    intra = merge_sweep(_results(2, "gloo", wrong=wrong), "fp32")
+    profile = build_profile(
+        name="t", date="2026-11-22", dtype="fp32", host=HOST, intra=intra, compute=COMPUTE, overlap=None
+    )
+    return ProbeOutcome(profile=profile, intra=intra, notes=["a note"])
+
+
+def test_report_layout() -> None:
+    import io
+
+    from rich.console import Console
+
+    from zerotune.cli.probe import _json, _render
+
+    outcome = _outcome()
+    buf = io.StringIO()
+    _render(outcome, Console(file=buf, width=80, color_system=None))
+    text = buf.getvalue()
+    assert text.startswith("# zerotune probe") and "2 gloo ranks" in text
+    for op in ("all_gather", "reduce_scatter", "all_reduce", "all_to_all"):
+        assert f"{op} busbw (GB/s) vs size" in text
+    assert "# Out of bounds values : 0 OK" in text and "# Avg bus bandwidth (large messages)" in text
+    assert all(len(line) <= 80 for line in text.splitlines())
+    assert "…" not in text  # nothing truncated at 80 columns
+    data = _json(outcome)
+    assert data["sweeps"]["intra_node"]["wrong"] == 0 and data["profile"]["origin"] == "probe"
+
+
+def test_thresholds_exit_1() -> None:
+    import io
+
+    import pytest
+    import typer
+    from rich.console import Console
+
+    from zerotune.cli.probe import _check
+
+    err = Console(file=io.StringIO(), width=100)
+    good = _outcome()
+    _check(good, good.intra.avg_busbw_GBps * 0.9, err)  # above the bar: no exit
+    with pytest.raises(typer.Exit) as low:
+        _check(good, good.intra.avg_busbw_GBps * 1.1, err)
+    assert low.value.exit_code == 1 and "below --min-busbw" in err.file.getvalue()
+    with pytest.raises(typer.Exit):
+        _check(_outcome(wrong=1), None, err)
+    assert "wrong elements" in err.file.getvalue()

@@ -101,9 +101,10 @@ def _gbps(value: float | None) -> str:
 
 def sweep_table(op: str, rows: Sequence[SweepRow], perf: CollectivePerf | None = None) -> Table:
     """One collective's sweep in nccl-tests' layout; the caption holds the fit and large-message busbw."""
-    table = Table(title=op, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
-    for name in ("size(B)", "count(elts)", "type", "redop", "time(us)", "spread%",
-                 "algbw(GB/s)", "busbw(GB/s)", "#wrong"):  # fmt: skip
+    table = Table(title=op, title_justify="left", box=None, pad_edge=False)
+    # two-line headers with the units underneath, as nccl-tests prints them; fits 80 columns
+    for name in ("size\n(B)", "count\n(elements)", "type", "redop", "time\n(us)", "spread\n(%)",
+                 "algbw\n(GB/s)", "busbw\n(GB/s)", "#wrong"):  # fmt: skip
         table.add_column(name, justify="left" if name in ("type", "redop") else "right", no_wrap=True)
     for r in rows:
         table.add_row(
