@@ -94,7 +94,7 @@ class Stage3KnobBelowStage3(Rule):
 
     ## Example
     ```json
-    {"zero_optimization": {"stage": 2, "stage3_max_live_parameters": 1e9, "sub_group_size": 1e9}}
+    {"zero_optimization": {"stage": 2, "stage3_max_live_parameters": 3e8, "sub_group_size": 1e12}}
     ```
 
     ## Use instead
