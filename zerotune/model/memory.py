@@ -288,11 +288,20 @@ class _Facts:
     experts_per_token: int
 
 
-_FACTS: dict[tuple[str, int], _Facts] = {}
+_FACTS: dict[tuple, _Facts] = {}
 
 
 def _facts(model: ModelSpec) -> _Facts:
-    key = (model.name, model.params)
+    # keyed on the name and the numbers that shape memory: specs are frozen, so equal keys
+    # describe the same model (a resized proxy differs in layers or params)
+    key = (
+        model.name,
+        model.params,
+        model.num_layers,
+        model.hidden_size,
+        model.vocab_size,
+        model.largest_layer,
+    )
     facts = _FACTS.get(key)
     if facts is None:
         facts = _Facts(
