@@ -350,3 +350,11 @@ def test_activations_scale_with_micro_batch_and_sequence() -> None:
     assert two == 2 * one  # linear in b with flash attention
     no_ckpt = estimate_memory(LLAMA_7B, Workload(activation_checkpointing=False), zero).per_gpu.activations
     assert no_ckpt > 5 * one
+
+
+def test_per_model_cache_tells_same_named_models_apart() -> None:
+    small = llama(layers=4).model_copy(update={"name": "same"})
+    large = llama(layers=8).model_copy(update={"name": "same"})
+    w, z = Workload(), _zero(2)
+    assert estimate_memory(small, w, z).per_gpu.params == 2 * small.params
+    assert estimate_memory(large, w, z).per_gpu.params == 2 * large.params
