@@ -16,6 +16,7 @@ from zerotune.hw.nvml import read_gpus
 from zerotune.hw.nvml_replay import ReplayNvml
 from zerotune.probe.metrics import SWEPT, size_sweep
 from zerotune.probe.profile import build_profile, merge_sweep
+from zerotune.probe.runner import catalog_gpu
 from zerotune.render import probe as view
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nvml"
@@ -65,10 +66,14 @@ def test_cpu_profile_has_the_fields_recommend_needs(tmp_path) -> None:
 def test_gpu_profile_from_the_dgx_replay() -> None:
     gpus = read_gpus(ReplayNvml.from_file(str(FIXTURES / "dgx_h100.json")))
     intra = merge_sweep(_results(8, "nccl", busbw=360e9, elem=2), "bf16")
+    datasheet = catalog_gpu(gpus.devices[0].name)
     profile = build_profile(
         name="probe-dgx", date="2026-11-22", dtype="bf16", host=HOST, intra=intra, compute=None,
-        overlap=None, gpus=gpus,
+        overlap=None, gpus=gpus, datasheet=datasheet,
     )  # fmt: skip
+    # cited peaks come from the catalog's entry for the same NVML name; measured facts from NVML
+    assert datasheet is not None and profile.gpu.peak_bf16_flops == datasheet.peak_bf16_flops > 9e14
+    assert profile.gpu.memory_bytes == gpus.devices[0].memory_total_bytes
     assert profile.gpus_per_node == 8 and profile.gpu.name == "NVIDIA H100 80GB HBM3"
     assert profile.gpu.bf16_supported is True and profile.gpu.compute_capability == "9.0"
     assert profile.intra_node.kind == "nvlink4" and profile.intra_node.backend == "nccl"
@@ -97,7 +102,7 @@ def test_rendered_tables() -> None:
     text = buf.getvalue()
     assert "NVIDIA GeForce RTX 4090" in text and "gen1 x16 / gen4 x16" in text
     assert "PHB" in text and "SYS" in text and "0-31" in text
-    assert "busbw(GB/s)" in text and "#wrong" in text and "1048576" in text
+    assert "busbw" in text and "(GB/s)" in text and "#wrong" in text and "1048576" in text
     chart = view.bandwidth_chart("all_reduce", intra.rows["all_reduce"], width=20)
     lines = chart.splitlines()
     assert len(lines) == 1 + len(intra.rows["all_reduce"])

@@ -22,7 +22,7 @@ from zerotune.errors import InputError, MissingDependency
 from zerotune.hw.host import read_host
 from zerotune.hw.nvml import GpuReport, NvmlUnavailable, read_gpus
 from zerotune.probe.profile import ProbeOutcome, build_profile, merge_sweep
-from zerotune.probe.runner import ProbeOptions, _load_model, build_task, plan
+from zerotune.probe.runner import ProbeOptions, _load_model, build_task, catalog_gpu, plan
 
 _TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
@@ -102,5 +102,6 @@ def run_distributed(
         overlap=ranks[0].get("overlap"),
         gpus=gpus,
         notes=notes,
+        datasheet=catalog_gpu(gpus.devices[0].name) if gpus else None,
     )
     return ProbeOutcome(profile=profile, intra=intra, inter=inter, gpus=gpus, notes=notes)

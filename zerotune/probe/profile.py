@@ -85,18 +85,25 @@ def build_profile(
     inter: LinkSweep | None = None,
     nodes: int = 1,
     notes: Sequence[str] = (),
+    datasheet: GpuSpec | None = None,
 ) -> HardwareProfile:
+    """`datasheet`: the catalog's GpuSpec for the same GPU name, whose cited peaks and HBM
+    bandwidth the probe cannot measure; without one those stay null."""
     source = source_text(date)
     first = gpus.devices[0] if gpus else None
     gpu = None
     if first is not None:
         cc = first.compute_capability
+        peaks = datasheet.model_dump(include={"peak_bf16_flops", "peak_fp16_flops", "peak_fp32_flops",
+                                              "hbm_bandwidth_Bps"}) if datasheet else {}  # fmt: skip
         gpu = GpuSpec(
             name=first.name,
             memory_bytes=first.memory_total_bytes,
             compute_capability=cc,
             bf16_supported=None if cc is None else float(cc) >= 8.0,
-            source=f"NVML, driver {gpus.driver_version}" if gpus else None,
+            source=f"NVML, driver {gpus.driver_version}"
+            + (f"; peaks from the catalog: {datasheet.source}" if datasheet else ""),
+            **peaks,
         )
     copies = (compute or {}).get("copies", {})
     adam = (compute or {}).get("adam")

@@ -15,6 +15,7 @@ import os
 import sys
 import threading
 import time
+import traceback
 from datetime import timedelta
 from typing import Any
 
@@ -326,7 +327,16 @@ def run_distributed(task: dict[str, Any], step: Any) -> dict[str, Any] | None:
 
 def main() -> None:
     task = launch.worker_task()
-    launch.write_result(run(task, launch.report_step))
+    try:
+        result = run(task, launch.report_step)
+    except Exception:
+        traceback.print_exc()
+        sys.stderr.flush()
+        # A peer that died breaks our collective at once; linger so the launcher sees the rank
+        # that failed first and names it, not us.
+        time.sleep(1.0)
+        os._exit(1)
+    launch.write_result(result)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ from zerotune.launch import LaunchSpec, launch
 from zerotune.probe.compute import shape_for
 from zerotune.probe.metrics import size_sweep
 from zerotune.probe.profile import ProbeOutcome, build_profile, merge_sweep
+from zerotune.schema.hardware import GpuSpec
 from zerotune.units import KiB, MiB
 
 WORKER = "zerotune.probe.rank_worker"
@@ -115,6 +116,20 @@ def _load_model(ref: str | None) -> Any:
     return load_model(ref)
 
 
+def catalog_gpu(name: str) -> GpuSpec | None:
+    """The catalog's datasheet entry for a GPU of this exact NVML name, if any profile has one."""
+    from zerotune.catalog.hardware import list_profiles, load_profile
+
+    for ref in list_profiles():
+        try:
+            gpu = load_profile(ref).gpu
+        except InputError:
+            continue
+        if gpu is not None and gpu.name == name:
+            return gpu
+    return None
+
+
 def run_probe(
     options: ProbeOptions,
     *,
@@ -174,5 +189,6 @@ def run_probe(
         gpus=gpus,
         disk=disk,
         notes=notes,
+        datasheet=catalog_gpu(gpus.devices[0].name) if gpus else None,
     )
     return ProbeOutcome(profile=profile, intra=intra, gpus=gpus, disk=disk, notes=notes)
