@@ -1,0 +1,224 @@
+"""`zerotune recommend` end to end: JSON, files, --hf, --hjson, accelerate YAML, errors, --measure."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import hjson
+import pytest
+import yaml
+
+from zerotune.catalog.hardware import dump_profile, load_profile
+from zerotune.catalog.models import load_model
+from zerotune.dsconfig.emit import HF_AUTO_PATHS, get_path, has_path, leaf_paths
+from zerotune.schema.hardware import CollectivePerf, ComputeSpec, HardwareProfile, HostSpec, LinkClass
+from zerotune.search import measure
+from zerotune.search.rank import SearchRequest
+from zerotune.search.recommend import recommend
+
+
+@pytest.fixture(autouse=True)
+def no_cached_probe(tmp_path, monkeypatch):
+    """Tests never see the developer's cached probe."""
+    monkeypatch.setenv("ZEROTUNE_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def test_json_output_explains_every_value(cli) -> None:
+    done = cli("recommend", "--model", "llama-7b", "--profile", "dgx-h100", "--json")
+    assert done.code == 0, done.stderr
+    doc = json.loads(done.stdout)
+    config = doc["config"]
+    for path in leaf_paths(config):
+        assert doc["reasons"].get(path), f"no reason for {path}"
+    w = doc["hardware"]["world_size"]
+    assert w == 8
+    assert (
+        config["train_batch_size"]
+        == config["train_micro_batch_size_per_gpu"] * config["gradient_accumulation_steps"] * w
+    )
+    assert doc["predicted"]["memory"]["fits"] is True
+    assert doc["predicted"]["tokens_per_s"] > 0 and doc["predicted"]["step_time_s"] > 0
+    assert [row["name"] for row in doc["comparison"]] == ["zerotune", "DeepSpeed defaults", 'HF "auto"']
+    assert doc["comparison"][0]["tokens_per_s"] >= doc["comparison"][1]["tokens_per_s"] * (1 - 1e-3)
+    assert 1 <= len(doc["top"]) <= 5
+    assert doc["search"]["candidates"] >= 10_000
+    assert doc["binding_constraint"]["kind"] in ("memory", "bandwidth", "compute", "offload", "optimizer")
+
+
+def test_out_writes_json_and_sidecar_and_never_overwrites(cli, tmp_path) -> None:
+    out = tmp_path / "ds.json"
+    done = cli("recommend", "--model", "gpt2", "--profile", "dgx-h100", "--out", out)
+    assert done.code == 0, done.stderr
+    config = json.loads(out.read_text())
+    sidecar = tmp_path / "ds.json.reasons.md"
+    assert "binding constraint" in sidecar.read_text()
+    assert "DeepSpeed defaults" in done.stdout and "binding constraint" in done.stdout
+    again = cli("recommend", "--model", "gpt2", "--profile", "dgx-h100", "--out", out)
+    assert again.code == 2 and "already exists" in again.stderr and "Traceback" not in again.stderr
+    assert json.loads(out.read_text()) == config
+    forced = cli("recommend", "--model", "gpt2", "--profile", "dgx-h100", "--out", out, "--force", "--json")
+    assert forced.code == 0
+    assert json.loads(forced.stdout)["files"]["config"] == str(out)
+
+
+def test_hf_keeps_auto_keys_and_accelerate_yaml_points_at_the_json(cli, tmp_path) -> None:
+    out, acc = tmp_path / "ds.json", tmp_path / "acc.yaml"
+    done = cli(
+        "recommend",
+        "--model",
+        "llama-7b",
+        "--profile",
+        "h100-2node-ib",
+        "--hf",
+        "--out",
+        out,
+        "--accelerate-config",
+        acc,
+        "--json",
+    )
+    assert done.code == 0, done.stderr
+    config = json.loads(out.read_text())
+    autos = {p for p in leaf_paths(config) if get_path(config, p) == "auto"}
+    assert autos == {p for p in HF_AUTO_PATHS if has_path(config, p)}
+    assert {
+        "train_batch_size",
+        "train_micro_batch_size_per_gpu",
+        "gradient_accumulation_steps",
+        "gradient_clipping",
+        "optimizer.params.lr",
+    } <= autos
+    data = yaml.safe_load(acc.read_text())
+    assert data["distributed_type"] == "DEEPSPEED"
+    assert data["deepspeed_config"]["deepspeed_config_file"] == str(out)
+    assert (data["num_processes"], data["num_machines"]) == (16, 2)
+    assert data["mixed_precision"] == "bf16"
+
+
+def test_hjson_puts_reasons_in_comments(cli, tmp_path) -> None:
+    out = tmp_path / "ds.hjson"
+    done = cli("recommend", "--model", "gpt2", "--profile", "dgx-h100", "--out", out, "--hjson")
+    assert done.code == 0, done.stderr
+    text = out.read_text()
+    assert text.lstrip().startswith("//") and "// " in text.split("{", 1)[1]
+    assert hjson.loads(text)["zero_optimization"]["stage"] in (0, 1, 2, 3)
+    assert not (tmp_path / "ds.hjson.reasons.md").exists()
+
+
+def test_default_profile_is_announced_on_stderr(cli) -> None:
+    done = cli("recommend", "--model", "gpt2", "--json")
+    assert done.code == 0, done.stderr
+    assert "dgx-h100" in done.stderr and "built-in profile" in done.stderr
+    assert json.loads(done.stdout)["hardware"]["name"] == "dgx-h100"
+
+
+def test_gpus_override_counts(cli) -> None:
+    done = cli("recommend", "--model", "gpt2", "--profile", "dgx-h100", "--gpus", "4", "--json")
+    doc = json.loads(done.stdout)
+    assert doc["hardware"]["world_size"] == 4
+    c = doc["config"]
+    assert c["train_batch_size"] == c["train_micro_batch_size_per_gpu"] * c["gradient_accumulation_steps"] * 4
+
+
+def test_cpu_profile_uses_fp32_and_the_given_ranks(cli, tmp_path) -> None:
+    perf = CollectivePerf(alpha_s=2e-4, busbw_Bps=2e9)
+    profile = HardwareProfile(
+        name="cpu-host",
+        origin="probe",
+        gpus_per_node=0,
+        host=HostSpec(ram_bytes=16 * 2**30, cpu_cores=2),
+        intra_node=LinkClass(
+            kind="loopback-gloo",
+            backend="gloo",
+            ranks=2,
+            collectives={op: perf for op in ("all_reduce", "all_gather", "reduce_scatter")},
+        ),
+        compute=ComputeSpec(achieved_flops={"fp32": 5e10}, overlap_slowdown=1.5),
+    )
+    path = tmp_path / "cpu.yaml"
+    path.write_text(dump_profile(profile))
+    done = cli(
+        "recommend",
+        "--model",
+        "gpt2",
+        "--profile",
+        path,
+        "--gpus",
+        "2",
+        "--seq-len",
+        "128",
+        "--global-batch-tokens",
+        "4096",
+        "--json",
+    )
+    assert done.code == 0, done.stderr
+    doc = json.loads(done.stdout)
+    assert doc["config"]["bf16"] == {"enabled": False}
+    assert doc["hardware"]["world_size"] == 2
+    assert doc["predicted"]["memory"]["fits"] is None
+    assert "offload_optimizer" not in doc["config"]["zero_optimization"]  # nothing to offload from
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("--model", "gpt2", "--accelerate-config", "a.yaml"), "needs --out"),
+        (("--model", "lama-7b"), "unknown model"),
+        (("--model", "gpt2", "--profile", "8xl40s-pcie", "--objective", "cost"), "hourly"),
+        (("--model", "gpt2", "--top", "0"), "--top"),
+        (("--model", "gpt2", "--profile", "dgx-h100", "--gpus", "16"), "GPUs per node"),
+    ],
+)
+def test_input_errors_are_one_line(cli, args, message) -> None:
+    done = cli("recommend", *args)
+    assert done.code == 2
+    assert message in done.stderr and "Traceback" not in done.stderr
+
+
+def test_measure_picks_the_best_measured_candidate(monkeypatch) -> None:
+    rec = recommend(load_model("gpt2"), load_profile("dgx-h100"), SearchRequest(), top_k=3)
+    seconds = iter((2.0, 1.0, 3.0))  # runs happen in rank order; the 2nd is fastest per token
+
+    def fake_run_bench(model, config, **kwargs):
+        mb = config["train_micro_batch_size_per_gpu"]
+        proxy = SimpleNamespace(seq_len=128, micro_batch=mb, grad_accum=1, nproc=2)
+        return SimpleNamespace(proxy=proxy, step_time_s=next(seconds) * mb, device="cpu")
+
+    import zerotune.bench.run
+
+    monkeypatch.setattr(zerotune.bench.run, "run_bench", fake_run_bench)
+    notes: list[str] = []
+    remade, rows = measure.measure_top(rec, 3, say=notes.append)
+    assert [r["rank"] for r in rows] == [1, 2, 3]
+    assert [r.get("chosen", False) for r in rows] == [False, True, False]
+    assert remade.best.candidate == rec.top[1].candidate
+    assert remade.config["train_micro_batch_size_per_gpu"] == rec.top[1].candidate.micro_batch
+
+
+def test_measure_without_deepspeed_keeps_the_prediction(monkeypatch) -> None:
+    rec = recommend(load_model("gpt2"), load_profile("dgx-h100"), SearchRequest(), top_k=2)
+    monkeypatch.setattr(measure.importlib.util, "find_spec", lambda name: None)
+    notes: list[str] = []
+    same, rows = measure.measure_top(rec, 2, say=notes.append)
+    assert same is rec and rows is None
+    assert "not installed" in notes[0]
+
+
+@pytest.mark.slow
+def test_recommend_json_never_imports_torch() -> None:
+    code = (
+        "import sys\n"
+        "from zerotune.cli.app import main\n"
+        "try:\n"
+        "    main(['recommend', '--model', 'llama-7b', '--profile', 'dgx-h100', '--json'])\n"
+        "except SystemExit as exc:\n"
+        "    assert exc.code == 0, exc.code\n"
+        "heavy = [m for m in ('torch', 'deepspeed', 'pynvml') if m in sys.modules]\n"
+        "sys.stderr.write(f'HEAVY={heavy}\\n')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "HEAVY=[]" in done.stderr
+    assert json.loads(done.stdout)["model"]["name"] == "llama-7b"
