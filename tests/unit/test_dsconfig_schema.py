@@ -1,0 +1,132 @@
+"""The schema table equals DeepSpeed 0.19.8's pydantic models, and settings.py agrees with it."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import pytest
+
+from zerotune.dsconfig import schema
+from zerotune.dsconfig.settings import OffloadOptimizer, OffloadParam, ZeroSettings
+
+HAS_DEEPSPEED = importlib.util.find_spec("deepspeed") is not None
+
+
+@pytest.mark.parametrize(
+    ("ours", "model"),
+    [
+        (ZeroSettings, "/zero_optimization"),
+        (OffloadOptimizer, "/zero_optimization/offload_optimizer"),
+        (OffloadParam, "/zero_optimization/offload_param"),
+    ],
+)
+def test_settings_defaults_equal_the_schema_table(ours, model) -> None:
+    section = schema.SECTIONS[model]
+    for name, field in ours.model_fields.items():
+        if name in ("offload_optimizer", "offload_param"):
+            continue
+        f = section.field(name)
+        assert f is not None, name
+        expected = f.default
+        if name == "overlap_comm":
+            expected = (
+                False  # None in DeepSpeed: resolved to stage == 3, and ZeroSettings' stage default is 0
+            )
+        assert field.default == expected, (model, name, field.default, expected)
+
+
+def test_coercion_follows_pydantic_lax_mode() -> None:
+    z = schema.SECTIONS["/zero_optimization"]
+    ok = [
+        ("stage", "3", 3),
+        ("stage", 2.0, 2),
+        ("reduce_bucket_size", 5e8, 500_000_000),
+        ("reduce_bucket_size", "500000000", 500_000_000),
+        ("overlap_comm", "yes", True),
+        ("overlap_comm", None, None),
+    ]
+    for key, raw, value in ok:
+        assert schema.coerce(z.field(key), raw) == (value, None), (key, raw)
+    bad = [
+        ("stage", 4, "type"),
+        ("reduce_bucket_size", "5e8", "type"),
+        ("reduce_bucket_size", 15099494.4, "type"),
+        ("reduce_bucket_size", 0, "range"),
+        ("sub_group_size", -1, "range"),
+        ("contiguous_gradients", None, "type"),
+    ]
+    for key, raw, kind in bad:
+        _, problem = schema.coerce(z.field(key), raw)
+        assert problem is not None and problem.kind == kind, (key, raw, problem)
+    fp16 = schema.SECTIONS["/fp16"]
+    assert schema.coerce(fp16.field("loss_scale"), True)[1] is not None
+    assert schema.coerce(fp16.field("loss_scale"), float("inf"))[1].kind == "range"
+
+
+def test_removed_keys_are_not_also_known_keys() -> None:
+    assert not set(schema.REMOVED_TOP) & set(schema.SECTIONS[""].keys)
+    assert not set(schema.REMOVED_ZERO) & set(schema.SECTIONS["/zero_optimization"].keys)
+
+
+@pytest.fixture(scope="module")
+def ds():
+    if not HAS_DEEPSPEED:
+        pytest.skip("deepspeed is not installed")
+    os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    from deepspeed.runtime import precision_config
+    from deepspeed.runtime.zenflow.zenflow_config import ZenFlowConfig
+    from deepspeed.runtime.zero import config, leaf_module_config, offload_config
+
+    return {
+        "/zero_optimization": config.DeepSpeedZeroConfig,
+        "/zero_optimization/offload_param": offload_config.DeepSpeedZeroOffloadParamConfig,
+        "/zero_optimization/offload_optimizer": offload_config.DeepSpeedZeroOffloadOptimizerConfig,
+        "/zero_optimization/zenflow": ZenFlowConfig,
+        "/zero_optimization/leaf_module": leaf_module_config.DeepSpeedZeroLeafModuleConfig,
+        "/fp16": precision_config.DeepSpeedFP16Config,
+        "/bf16": precision_config.DeepSpeedBF16Config,
+    }
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "pointer",
+    [
+        "/zero_optimization",
+        "/zero_optimization/offload_param",
+        "/zero_optimization/offload_optimizer",
+        "/zero_optimization/zenflow",
+        "/zero_optimization/leaf_module",
+        "/fp16",
+        "/bf16",
+    ],
+)
+def test_field_table_equals_deepspeed_model_fields(ds, pointer) -> None:
+    model = ds[pointer]
+    ours = schema.SECTIONS[pointer]
+    assert {f.name for f in ours.fields} == set(model.model_fields), pointer
+    for name, field in model.model_fields.items():
+        f = ours.field(name)
+        assert f.alias == field.alias, (pointer, name)
+        if field.is_required() or name == "leaf_module" or pointer.endswith("leaf_module"):
+            continue  # default_factory fields (leaf_module) have no plain default
+        default = field.default.value if hasattr(field.default, "value") else field.default
+        assert f.default == default, (pointer, name, f.default, default)
+        deprecated = (field.json_schema_extra or {}).get("deprecated", False)
+        assert bool(f.deprecated) == bool(deprecated), (pointer, name)
+        if deprecated:
+            assert f.deprecated == field.json_schema_extra["new_param"], (pointer, name)
+        bounds = {b: getattr(m, b) for m in field.metadata for b in ("gt", "ge", "lt", "le") if hasattr(m, b)}
+        if (pointer, name) == ("/fp16", "loss_scale"):
+            bounds["ge"] = 0  # enforced by a field_validator, not Field metadata
+        for bound in ("gt", "ge", "lt", "le"):
+            assert getattr(f, bound) == bounds.get(bound), (pointer, name, bound)
+
+
+@pytest.mark.slow
+def test_removed_key_lists_equal_deepspeed(ds) -> None:
+    from deepspeed.runtime import config
+
+    assert list(schema.REMOVED_TOP) == list(config._REMOVED_TOP_LEVEL_CONFIG_KEYS)
+    assert list(schema.REMOVED_ZERO) == list(config._REMOVED_ZERO_CONFIG_KEYS)
