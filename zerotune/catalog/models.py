@@ -268,8 +268,8 @@ def _unknown(name: str, catalog: dict[str, Path]) -> InputError:
     aliases = _aliases(catalog)
     close = difflib.get_close_matches(_key(name), list(aliases), n=6, cutoff=0.6)
     names = list(dict.fromkeys(aliases[key] for key in close))[:3]
-    listing = "`zerotune memory --help` lists the catalog; a config.json path or --params also work"
-    hint = f"did you mean: {', '.join(names)}? {listing}" if names else f"known: {', '.join(sorted(catalog))}"
+    known = f"catalog: {', '.join(sorted(catalog))}; a config.json path or --params also work"
+    hint = f"did you mean: {', '.join(names)}? {known}" if names else known
     return InputError(f"unknown model '{name}'", hint=hint)
 
 
