@@ -10,6 +10,7 @@ compute (bool), shape (BlockShape fields), adam_params, budget_s, and the test-o
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import sys
@@ -219,9 +220,13 @@ def overlap(task: dict[str, Any], group: Any, device: Any) -> dict[str, Any] | N
     count = int(min(calls.item(), 10_000))
 
     def drive() -> None:
-        for _ in range(count):
-            dist.all_reduce(buf, group=group)
-            buf.fill_(1)
+        # On a GPU the calls go on their own stream: on the compute stream NCCL would wait for
+        # the queued matmuls and nothing would overlap.
+        side = torch.cuda.Stream(device) if device.type == "cuda" else None
+        with torch.cuda.stream(side) if side is not None else contextlib.nullcontext():
+            for _ in range(count):
+                dist.all_reduce(buf, group=group)
+                buf.fill_(1)
         _sync(device)
 
     if rank != 0:
@@ -251,6 +256,8 @@ def _init(task: dict[str, Any]) -> tuple[Any, int, int]:
         rank=rank,
         world_size=world,
         timeout=timedelta(seconds=task["op_timeout_s"]),
+        # binds NCCL to this rank's GPU (barriers then need no guess about the device)
+        device_id=device if device.type == "cuda" else None,
     )
     return device, rank, world
 
