@@ -3,9 +3,10 @@ and the compute/communication overlap test. Started by zerotune.launch as `pytho
 in-process under torchrun by `probe --distributed`); imports torch at module level, as rank entry
 points may (tests/unit/test_pure_core.py).
 
-Task keys (built by zerotune.probe.runner): backend, dtype, sizes, warmup, samples, op_timeout_s,
-compute (bool), shape (BlockShape fields), adam_params, budget_s, and the test-only `fault`
-{"rank": r, "at": step, "kind": "exit" | "hang", "pid_dir": optional folder}.
+Task keys (built by zerotune.probe.runner.build_task): backend, dtype, sizes, warmup, samples,
+batch_s, op_timeout_s, threads_per_rank; compute (bool) with shape (BlockShape fields), budget_s,
+adam_params, compute_threads, overlap_dim, overlap_iters, overlap_bytes; and the test-only
+`fault` {"rank": r, "at": step, "kind": "exit" | "hang", "pid_dir": optional folder}.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ class Collectives:
         self.reduce_scatter_impl = "reduce_scatter_single"
 
     def prepare(self, op: str, count: int) -> tuple[Any, Any, Any]:
-        """(run, refill, expected) for a collective over a `count`-element total array."""
+        """(run, refill, (output, expected output)) for a `count`-element total array."""
         n, me, shard = self.n, self.me, count // self.n
 
         def full(numel: int, value: float) -> Any:
