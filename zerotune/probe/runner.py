@@ -154,7 +154,9 @@ def run_probe(
     disk = None
     if options.nvme_path:
         disk = disk_test.measure(
-            options.nvme_path, max_seconds=min(10.0, max(1.0, (deadline - time.monotonic()) / 4))
+            options.nvme_path,
+            max_bytes=(256 if options.quick else 1024) * MiB,
+            max_seconds=min(4.0 if options.quick else 10.0, max(1.0, (deadline - time.monotonic()) / 4)),
         )
         notes.append(
             f"disk test in {disk.path}: {disk.method}, {disk.bytes_written / MiB:.0f} MiB sequential"
