@@ -95,7 +95,7 @@ def _row(ev: Evaluation) -> list[str]:
 
 
 _HEAD = (
-    "configuration",
+    "zero",
     "mb x GA",
     "ckpt",
     "reduce",

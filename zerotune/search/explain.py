@@ -184,8 +184,10 @@ def _fmt_value(v: object) -> str:
     return str(v)
 
 
-def _fmt_ratio(x: float) -> str:
-    return f"{x:.2g}" if x < 10 else f"{x:.0f}"
+def _layers(x: float) -> str:
+    """'0.5 layers', '1 layer', '12 layers'."""
+    text = f"{x:.2g}" if x < 10 else f"{x:.0f}"
+    return f"{text} layer" + ("" if text == "1" else "s")
 
 
 def explain(result: SearchResult, best: Evaluation | None = None) -> Explanation:
@@ -338,7 +340,7 @@ def explain(result: SearchResult, best: Evaluation | None = None) -> Explanation
         bw = busbw_at(hw, "all_gather", pf * elem)
         bw_text = f", {bw[0] / bw[1]:.0%} of peak all-gather busbw at {fmt_bytes(pf * elem)}" if bw else ""
         reasons["zero_optimization.stage3_prefetch_bucket_size"] = (
-            f"{fmt_count(pf)} elements = {_fmt_ratio(pf / block)} layers of {model.name} ({fmt_count(block)} "
+            f"{fmt_count(pf)} elements = {_layers(pf / block)} of {model.name} ({fmt_count(block)} "
             f"params/layer): the next layer's all-gather starts while this one computes{bw_text}; "
             + _alternatives(result, best, "prefetch_bucket_size", g.prefetch_bucket)
         )
@@ -349,13 +351,13 @@ def explain(result: SearchResult, best: Evaluation | None = None) -> Explanation
         )
         ml = cand.max_live_parameters
         reasons["zero_optimization.stage3_max_live_parameters"] = (
-            f"{fmt_count(ml)} elements = {_fmt_ratio(ml / block)} layers ({fmt_bytes(ml * elem)}) may be gathered at "
+            f"{fmt_count(ml)} elements = {_layers(ml / block)} ({fmt_bytes(ml * elem)}) may be gathered at "
             "once: caps prefetch; " + _alternatives(result, best, "max_live_parameters", g.max_live)
         )
         rd = cand.max_reuse_distance
         reasons["zero_optimization.stage3_max_reuse_distance"] = (
             (
-                f"{fmt_count(rd)} elements: parameters needed again within {_fmt_ratio(rd / block)} layers stay "
+                f"{fmt_count(rd)} elements: parameters needed again within {_layers(rd / block)} stay "
                 "gathered instead of being re-fetched"
                 if rd
                 else "0: every parameter is released after use and re-gathered in backward (least memory)"
@@ -420,7 +422,7 @@ def _reduce_reason(result: SearchResult, best: Evaluation, elem: int, block: int
     r = cand.reduce_bucket_size
     nbytes = r * elem
     parts = [
-        f"{fmt_count(r)} elements = {_fmt_ratio(r / block)} layers of {model.name} ({fmt_count(block)} params/layer)"
+        f"{fmt_count(r)} elements = {_layers(r / block)} of {model.name} ({fmt_count(block)} params/layer)"
     ]
     bw = busbw_at(hw, "reduce_scatter", nbytes)
     if bw:

@@ -4,21 +4,23 @@
    checkpointing x reduce bucket x overlap x contiguous gradients) goes through
    `estimate_memory`; a candidate fits when its peak x (1 + safety margin) <= GPU memory and its
    offload buffers fit the host RAM with the same margin.
-2. Screening: per (stage, offload, checkpointing), the SCREEN_SPLITS largest micro-batches that
+2. Stage-3 secondary grid, memory only: prefetch x persistence x max_live x reuse distance x
+   sub-group around, per (offload, checkpointing), the SCREEN_SPLITS largest micro-batches that
+   fit and the next larger one (smaller prefetch/max_live may let it fit).
+3. Screening: per (stage, offload, checkpointing), the SCREEN_SPLITS largest micro-batches that
    fit get one step-time prediction at the rule-of-thumb communication knobs. Throughput rises
    with the micro-batch (the per-micro-step collectives and launch costs are amortised over
    more tokens), so smaller ones are not screened.
-3. The best screened macros (the TOP_MACROS best by the objective, plus any within
+4. The best screened macros (the TOP_MACROS best by the objective, plus any within
    SCREEN_TOLERANCE of the best) get their full communication grid predicted.
-4. Refinement: the stage-3 secondary knobs (prefetch, persistence, max_live, reuse distance,
-   sub-group) are memory-checked on their full grid around each of the REFINE_SEEDS best stage-3
-   points, then tuned by coordinate descent (one knob at a time over its grid, until no move
-   improves) on the best DESCENT_SEEDS of them.
+5. Coordinate descent over the stage-3 secondary knobs (one knob at a time over its grid, until
+   no move improves) from the DESCENT_SEEDS best stage-3 points within DESCENT_WINDOW.
 
-Step-time predictions are memoised on `Space.time_key` (the knobs that change time, with
-DeepSpeed-equivalent values merged), so candidates that differ only in memory-only knobs share
-one prediction. The memory and step models are passed in as functions (defaults:
-zerotune.model.memory and zerotune.model.step), so the search stays pure and testable.
+Step-time predictions are memoised on `Space.time_key` and memory estimates on
+`Space.memory_key` (the knobs that change each, with DeepSpeed-equivalent values merged), so
+candidates that differ only in knobs one of them cannot see share one call. The memory and step
+models are passed in as functions (defaults: zerotune.model.memory and zerotune.model.step), so
+the search stays pure and testable.
 """
 
 from __future__ import annotations
@@ -52,8 +54,10 @@ TOP_MACROS = 4
 SCREEN_TOLERANCE = 0.05
 """Macros whose screened throughput is within this share of the best get the full grid too."""
 MAX_MACROS = 8
-REFINE_SEEDS = 12
-"""Stage-3 points (distinct stage/offload/batch/checkpointing) whose secondary grid is memory-checked."""
+REFINE_SEEDS = 24
+"""Cap on the stage-3 points (distinct stage/offload/batch/checkpointing) whose secondary grid is
+memory-checked: per (offload, checkpointing) the SCREEN_SPLITS largest micro-batches that fit
+and the next larger one."""
 DESCENT_SEEDS = 2
 """Stage-3 points tuned by coordinate descent over the secondary knobs..."""
 DESCENT_WINDOW = 0.10
@@ -374,68 +378,71 @@ def search(
     evaluate = Evaluator(model, hardware, base, space, request.safety_margin, memory_fn, step_fn)
 
     # 1. memory for the whole coarse space
-    coarse = [evaluate.check(c) for c in space.coarse()]
     by_macro: dict[tuple, list[Evaluation]] = {}
-    for ev in coarse:
-        by_macro.setdefault(ev.candidate.macro, []).append(ev)
-
-    # 2. screening: the largest fitting micro-batches per (stage, offload, checkpointing)
-    screened: list[Evaluation] = []
+    for cand in space.coarse():
+        by_macro.setdefault(cand.macro, []).append(evaluate.check(cand))
     families: dict[tuple, list[Candidate]] = {}
     for base_cand in space.macros():
         c = base_cand
         families.setdefault((c.stage, c.offload_optimizer, c.offload_param, c.checkpointing), []).append(c)
+
+    def fits_somewhere(macro: tuple) -> bool:
+        return any(ev.fits for ev in by_macro.get(macro, ()))
+
+    # 2. stage-3 secondary grid (memory only) around the largest micro-batches that fit, and the
+    #    next larger one: a smaller prefetch/max_live may let it fit
+    seeds: list[Candidate] = []
+    for (stage, *_), members in families.items():
+        if stage != 3:
+            continue
+        by_size = sorted(members, key=lambda c: -c.micro_batch)
+        fitting_at = [i for i, c in enumerate(by_size) if fits_somewhere(c.macro)]
+        if not fitting_at:
+            picks = by_size[-1:]  # the smallest micro-batch: the last chance to fit
+        else:
+            first = fitting_at[0]
+            picks = by_size[max(0, first - 1) : first + SCREEN_SPLITS]
+        for c in picks:
+            seeds.append(min(by_macro[c.macro], key=lambda e: (e.per_gpu_bytes, e.candidate)).candidate)
+    for seed in seeds[:REFINE_SEEDS]:
+        for cand in space.refine(seed):
+            by_macro[cand.macro].append(evaluate.check(cand))
+
+    # 3. screening: the largest fitting micro-batches per (stage, offload, checkpointing)
+    screened: list[Evaluation] = []
     for members in families.values():
-        fitting_macros = [c for c in members if any(ev.fits for ev in by_macro.get(c.macro, ()))]
+        fitting_macros = [c for c in members if fits_somewhere(c.macro)]
         for c in sorted(fitting_macros, key=lambda c: -c.micro_batch)[:SCREEN_SPLITS]:
-            rep = space.representative(c)
-            ev = evaluate.check(rep)
+            ev = evaluate.check(space.representative(c))
             if not ev.fits:  # the starting point does not fit: the macro's smallest fitting point
                 ev = min(
                     (e for e in by_macro[c.macro] if e.fits), key=lambda e: (e.per_gpu_bytes, e.candidate)
                 )
             screened.append(evaluate(ev.candidate))
 
-    # 3. the full communication grid of the best macros
+    # 4. the full communication grid of the best macros
     key = rank_key(request.objective, max((ev.tokens_per_s for ev in screened), default=0.0), rate)
     order = sorted(screened, key=key)
     top = order[:TOP_MACROS] + [
-        ev
-        for ev in order[TOP_MACROS:]
-        if order and ev.tokens_per_s >= (1 - SCREEN_TOLERANCE) * order[0].tokens_per_s
+        ev for ev in order[TOP_MACROS:] if ev.tokens_per_s >= (1 - SCREEN_TOLERANCE) * order[0].tokens_per_s
     ]
     for ev in top[:MAX_MACROS]:
         for e in by_macro.get(ev.candidate.macro, ()):
-            if e.fits:
+            if e.fits and space.is_coarse(e.candidate):
                 evaluate(e.candidate)
 
-    # 4. stage-3 refinement: memory over the secondary grid, then coordinate descent
-    def predicted() -> list[Evaluation]:
-        return [e for e in evaluate.cache.values() if e.step is not None]
-
-    key = rank_key(request.objective, max((e.tokens_per_s for e in predicted()), default=0.0), rate)
-    seeds: list[Evaluation] = []
+    # 5. coordinate descent over the stage-3 secondary knobs from the best stage-3 points
+    predicted = [e for e in evaluate.cache.values() if e.step is not None]
+    best_tps = max((e.tokens_per_s for e in predicted), default=0.0)
+    key = rank_key(request.objective, best_tps, rate)
+    starts: list[Evaluation] = []
     seen_macros: set[tuple] = set()
-    for ev in sorted((e for e in predicted() if e.candidate.stage == 3), key=key):
-        if ev.candidate.macro not in seen_macros:
+    for ev in sorted((e for e in predicted if e.candidate.stage == 3), key=key):
+        if ev.candidate.macro not in seen_macros and ev.tokens_per_s >= (1 - DESCENT_WINDOW) * best_tps:
             seen_macros.add(ev.candidate.macro)
-            seeds.append(ev)
-    if not seeds:  # nothing at stage 3 fits yet: a smaller max_live/prefetch may make it fit
-        for ev in sorted(
-            (e for e in coarse if e.candidate.stage == 3), key=lambda e: (e.per_gpu_bytes, e.candidate)
-        ):
-            if ev.candidate.macro not in seen_macros:
-                seen_macros.add(ev.candidate.macro)
-                seeds.append(ev)
-            if len(seeds) >= REFINE_SEEDS:
-                break
-    for seed in seeds[:REFINE_SEEDS]:
-        for cand in space.refine(seed.candidate):
-            evaluate.check(cand)
-    best_tps = max((e.tokens_per_s for e in predicted()), default=0.0)
-    for seed in [s for s in seeds if s.step is not None][:DESCENT_SEEDS]:
-        if seed.tokens_per_s >= (1 - DESCENT_WINDOW) * best_tps:
-            _descend(evaluate, space, seed.candidate, key)
+            starts.append(ev)
+    for ev in starts[:DESCENT_SEEDS]:
+        _descend(evaluate, space, ev.candidate, key)
 
     evaluations = list(evaluate.cache.values())
     fitting = [ev for ev in evaluations if ev.fits]

@@ -404,14 +404,22 @@ class Space:
                         out.append(Candidate(stage, opt, par, mb, ga, ckpt, self.precision))
         return out
 
+    @cached_property
+    def _starting_knobs(self) -> tuple[int, int, int]:
+        g, block = self.grids, self.model.block_params
+        return (
+            _nearest(g.reduce_bucket, 2 * block),
+            _nearest(g.prefetch_bucket, block),
+            _nearest(g.max_live, 2 * block),
+        )
+
     def representative(self, base: Candidate) -> Candidate:
         """`base` with the communication knobs at the rule-of-thumb starting point: a reduce
         bucket of ~2 layers (seed 000), overlap and contiguous gradients on, prefetch ~1 layer,
         max_live ~2 layers, DeepSpeed's persistence/reuse/sub-group defaults."""
         if base.stage == 0:
             return base
-        g, block = self.grids, self.model.block_params
-        rb = _nearest(g.reduce_bucket, 2 * block)
+        rb, pf, ml = self._starting_knobs
         if base.stage in (1, 2):
             return base.with_(
                 reduce_bucket_size=rb,
@@ -423,9 +431,9 @@ class Space:
             reduce_bucket_size=rb,
             overlap_comm=True,
             contiguous_gradients=True,
-            prefetch_bucket_size=_nearest(g.prefetch_bucket, block),
+            prefetch_bucket_size=pf,
             param_persistence_threshold=DS_PERSISTENCE,
-            max_live_parameters=_nearest(g.max_live, 2 * block),
+            max_live_parameters=ml,
             max_reuse_distance=DS_MAX_REUSE,
             sub_group_size=DS_SUB_GROUP,
         )
@@ -458,6 +466,19 @@ class Space:
     def coarse(self) -> list[Candidate]:
         """Phase 1: every macro x its main communication knobs."""
         return [c for base in self.macros() for c in self.comm_variants(base)]
+
+    def is_coarse(self, cand: Candidate) -> bool:
+        """True for points of `coarse()` (stage-3 secondary knobs at the representative values)."""
+        if cand.stage < 3:
+            return True
+        _, pf, ml = self._starting_knobs
+        return (
+            cand.prefetch_bucket_size == pf
+            and cand.max_live_parameters == ml
+            and cand.param_persistence_threshold == DS_PERSISTENCE
+            and cand.max_reuse_distance == DS_MAX_REUSE
+            and cand.sub_group_size == DS_SUB_GROUP
+        )
 
     def refine(self, seed: Candidate) -> list[Candidate]:
         """Phase 2: the stage-3 secondary knobs in full around one promising candidate."""
