@@ -417,19 +417,31 @@ def _stage3_micro_step(s: _Setup, tl: _Timeline, tag: str) -> None:
     z, layers, detail = s.zero, s.layers, tl.detail
     parts, part_sum, after = _stage3_layout(s)
     nl = len(layers)
+    modules = [max(len(layer.tensors), 1) for layer in layers]
     next_t = [0] * nl  # tensors of layer i gathered or in flight (a prefix of parts[i])
     ready = [0.0] * nl
     fetched_for = [-1] * nl  # furthest trace position a prefetch walk passed this layer for
+    seen = [False] * nl  # gathered before in this micro-step (hpZ: a secondary copy exists)
     state = {"available": 0, "q": 0, "calls": 0}
     prefetch = 1 if z.allgather_sequential else z.prefetch_bucket_size
     hpz = z.zero_hpz_partition_size > 1
     offload_rate = _param_source_Bps(s) if z.offload_param.device != "none" else 0.0
 
     def gather(pieces: list[tuple[int, int]], forward: bool) -> None:
+        if hpz:  # a layer gathered before in this micro-step has its hpZ secondary copy
+            again = [p for p in pieces if seen[p[0]]]
+            if again:
+                call(again, forward, secondary=True)
+                pieces = [p for p in pieces if not seen[p[0]]]
+                if not pieces:
+                    return
+        call(pieces, forward, secondary=False)
+
+    def call(pieces: list[tuple[int, int]], forward: bool, secondary: bool) -> None:
+        """One coalesced all-gather; hpZ secondary gathers stay inside groups of h ranks."""
         numel = sum(p[1] for p in pieces)
         nbytes = numel * s.elem_bytes
-        secondary = hpz and not forward
-        if forward and z.zero_quantized_weights:
+        if z.zero_quantized_weights and not secondary:
             nbytes *= QWZ_BYTES_RATIO
         ranks = min(z.zero_hpz_partition_size, s.n) if secondary else None
         seconds = s.cost.seconds("all_gather", nbytes, ranks=ranks, intra=secondary)
@@ -449,6 +461,7 @@ def _stage3_micro_step(s: _Setup, tl: _Timeline, tag: str) -> None:
         )
         state["available"] += numel
         for layer, _ in pieces:
+            seen[layer] = True
             if end > ready[layer]:
                 ready[layer] = end
 
@@ -459,8 +472,12 @@ def _stage3_micro_step(s: _Setup, tl: _Timeline, tag: str) -> None:
             gather([(i, rest)], forward)
         if state["q"] <= pos:
             state["q"] = pos + 1
-        budget = min(prefetch, z.max_live_parameters - state["available"])
-        if budget > 0:
+        # every module with parameters runs fetch_sub_module, and each call prefetches up to
+        # min(prefetch_bucket_size, max_live - gathered) *new* elements from the trace queue
+        for _ in range(modules[i]):
+            budget = min(prefetch, z.max_live_parameters - state["available"])
+            if budget <= 0:
+                break
             taken, pieces, q = 0, [], state["q"]
             while q < 2 * nl and taken < budget:
                 j = q if q < nl else 2 * nl - 1 - q
@@ -477,8 +494,9 @@ def _stage3_micro_step(s: _Setup, tl: _Timeline, tag: str) -> None:
                 fetched_for[j] = q
                 q += 1
             state["q"] = q
-            if pieces:
-                gather(pieces, forward)
+            if not pieces:
+                break
+            gather(pieces, forward)
         tl.wait(ready[i])
 
     for i, layer in enumerate(layers):
@@ -520,7 +538,9 @@ def _optimizer(s: _Setup, tl: _Timeline) -> tuple[float, float]:
             "all_reduce", 4, s.cost.seconds("all_reduce", 4), "all_reduce grad norm", "step", concurrent=False
         )
     per_node = max(wl.gpus_per_node, 1)
-    cpu_rate = (hw.host.cpu_adam_params_per_s or DEFAULT_CPU_ADAM_PARAMS_PER_S) / per_node
+    # the probe times one rank with its share of the host's cores, so its rate is per rank;
+    # the fallback is a whole node's, shared by its ranks
+    cpu_rate = hw.host.cpu_adam_params_per_s or DEFAULT_CPU_ADAM_PARAMS_PER_S / per_node
     offload = z.offload_optimizer.device != "none" and s.stage >= 1
     transfer = 0.0
     if offload or not hw.has_gpus:

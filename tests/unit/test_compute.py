@@ -1,0 +1,86 @@
+"""FLOP counts of zerotune.model.compute against the published formulas.
+
+Independent references: Kaplan et al. 2020 (arXiv 2001.08361) §2.1, C_fwd ~ 2N per token;
+PaLM (Chowdhery et al. 2022, arXiv 2204.02311) App. B, 6N + 12·L·H·Q·T per token for forward +
+backward; Korthikanti et al. 2022 (arXiv 2205.05198) §5, full recompute adds one forward.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from zerotune.catalog.models import load_model
+from zerotune.model.compute import (
+    achieved_flops,
+    forward_flops_per_token,
+    model_flops,
+    training_flops_per_token,
+)
+from zerotune.schema.hardware import ComputeSpec, GpuSpec, HardwareProfile
+
+
+@pytest.fixture(scope="module")
+def llama7b():
+    return load_model("llama-7b")
+
+
+def test_llama7b_forward_is_2n_plus_attention(llama7b):
+    s = 2048
+    # the matmul parameters a token passes through: every block matrix and the head; the
+    # embedding (a lookup) and the RMSNorm vectors do no matmul
+    embedding = llama7b.layers[0].params
+    norms = sum(t for layer in llama7b.layers for t in layer.tensors if t == llama7b.hidden_size)
+    n_matmul = llama7b.params - embedding - norms
+    attention = 4 * llama7b.num_layers * llama7b.num_heads * llama7b.head_dim * s
+    assert forward_flops_per_token(llama7b, s) == pytest.approx(2 * n_matmul + attention, rel=1e-12)
+
+
+def test_llama7b_training_flops_match_palm_appendix_b(llama7b):
+    s = 2048
+    L, H, Q = llama7b.num_layers, llama7b.num_heads, llama7b.head_dim
+    palm = 6 * llama7b.params + 12 * L * H * Q * s
+    ours = training_flops_per_token(llama7b, s)
+    # PaLM's N counts every parameter; the embedding lookup (131M of 6.74B) does no matmul
+    assert ours == pytest.approx(palm, rel=0.03)
+    assert ours < palm
+    # attention is the 12·L·H·Q·T share over 6N: ~7.8% at 2k tokens for llama-7b
+    attention_share = ours / training_flops_per_token(llama7b, 1) - 1
+    assert attention_share == pytest.approx(12 * L * H * Q * (s - 1) / (6 * 6.607e9), rel=0.02)
+    assert 0.06 < attention_share < 0.09
+
+
+def test_kaplan_2n_holds_when_attention_is_negligible(llama7b):
+    # at a 1-token context the forward is ~2N (Kaplan et al. 2020 §2.1), again minus the lookup
+    assert forward_flops_per_token(llama7b, 1) == pytest.approx(2 * llama7b.params, rel=0.03)
+
+
+def test_recompute_adds_exactly_one_block_forward(llama7b):
+    s = 1024
+    blocks = sum(
+        f.matmul_flops + f.attention_flops_per_seq * s for f in model_flops(llama7b) if f.kind == "block"
+    )
+    plain = training_flops_per_token(llama7b, s)
+    assert training_flops_per_token(llama7b, s, recompute=True) - plain == pytest.approx(blocks)
+    # Korthikanti et al. 2022: ~33% more work (8 vs 6 matmul passes) for the blocks
+    assert 1.25 < (plain + blocks) / plain < 1.34
+
+
+def test_moe_counts_only_active_experts():
+    mixtral = load_model("mixtral-8x7b")
+    # forward per token at a tiny context ~ 2 x active params (router/embedding/norms aside)
+    assert forward_flops_per_token(mixtral, 1) == pytest.approx(2 * mixtral.active_params, rel=0.03)
+    assert forward_flops_per_token(mixtral, 1) < 0.35 * 2 * mixtral.params
+
+
+def test_achieved_flops_prefers_measured_then_peak_times_mfu():
+    gpu = GpuSpec(name="x", peak_bf16_flops=1e15)
+    measured = HardwareProfile(
+        name="m", gpus_per_node=1, gpu=gpu, compute=ComputeSpec(achieved_flops={"bf16": 4e14})
+    )
+    assumed = HardwareProfile(name="a", gpus_per_node=1, gpu=gpu, compute=ComputeSpec(mfu_assumption=0.5))
+    assert achieved_flops(measured, "bf16")[0] == 4e14
+    assert achieved_flops(assumed, "bf16")[0] == 5e14
+    cpu = HardwareProfile(name="c", gpus_per_node=0, compute=ComputeSpec(achieved_flops={"fp32": 3e10}))
+    assert achieved_flops(cpu, "fp32")[0] == 3e10
+    with pytest.raises(ValueError):
+        achieved_flops(HardwareProfile(name="none", gpus_per_node=0), "fp32")

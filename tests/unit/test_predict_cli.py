@@ -1,0 +1,158 @@
+"""`zerotune predict` end to end (in-process CLI) and its renderers."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from zerotune.catalog.hardware import load_profile
+from zerotune.catalog.models import derive, load_model
+from zerotune.cli.predict import batch_triple
+from zerotune.dsconfig.settings import ZeroSettings
+from zerotune.model.step import predict_step
+from zerotune.render.predict import timeline_text
+from zerotune.schema.hardware import CollectivePerf, ComputeSpec, HardwareProfile, LinkClass
+from zerotune.schema.workload import Workload
+
+STAGE2 = """{
+  // DeepSpeed reads hjson: comments and trailing commas load
+  "train_micro_batch_size_per_gpu": 2,
+  "gradient_accumulation_steps": 4,
+  "bf16": {"enabled": true},
+  "zero_optimization": {"stage": 2, "overlap_comm": true, "reduce_bucket_size": 2e8,},
+}
+"""
+
+
+@pytest.fixture
+def stage2(tmp_path):
+    path = tmp_path / "ds.json"
+    path.write_text(STAGE2)
+    return path
+
+
+def test_json_has_the_contract_keys(cli, stage2):
+    r = cli("predict", "--config", stage2, "--model", "llama-7b", "--profile", "dgx-h100", "--json")
+    assert r.code == 0, r.stderr
+    data = json.loads(r.stdout)
+    for key in ("step_time_s", "tokens_per_s", "mfu", "exposed_comm_s", "collectives", "bottleneck"):
+        assert key in data
+    assert data["memory"]["fits"] is True
+    assert data["memory"]["per_gpu_bytes"] > 0
+    assert data["workload"]["micro_batch"] == 2 and data["workload"]["grad_accum"] == 4
+    assert data["workload"]["world_size"] == 8
+    assert data["zero"]["reduce_bucket_size"] == 200_000_000
+    ops = {c["op"] for c in data["collectives"]}
+    assert ops == {"all_reduce", "all_gather"}
+    tokens = 2048 * 2 * 4 * 8
+    assert data["tokens_per_s"] == pytest.approx(tokens / data["step_time_s"])
+
+
+def test_human_output_shows_breakdowns_and_timeline(cli, stage2):
+    r = cli("predict", "--config", stage2, "--model", "llama-7b", "--profile", "dgx-h100", "--gpus", "4")
+    assert r.code == 0, r.stderr
+    for text in (
+        "memory per GPU",
+        "one optimizer step",
+        "bottleneck",
+        "compute |",
+        "comm    |",
+        "all_reduce bucket 1",
+    ):
+        assert text in r.stdout
+    assert "1x4 ranks" in r.stdout
+
+
+def test_default_profile_is_announced(cli, stage2):
+    r = cli("predict", "--config", stage2, "--model", "llama-7b", "--json")
+    assert r.code == 0
+    assert "dgx-h100" in r.stderr
+    json.loads(r.stdout)  # stdout stays pure JSON
+
+
+def test_a_parse_error_names_line_and_column(cli, tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{\n  "zero_optimization": {"stage": 2,,}\n}\n')
+    r = cli("predict", "--config", bad, "--model", "llama-7b")
+    assert r.code == 2
+    assert f"{bad}:2:" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_bad_input_is_one_line(cli, stage2, tmp_path):
+    assert cli("predict", "--config", tmp_path / "none.json", "--model", "llama-7b").code == 2
+    r = cli(
+        "predict", "--config", stage2, "--model", "llama-7b", "--profile", "dgx-h100", "--world-size", "12"
+    )
+    assert r.code == 2 and "multiple of 8" in r.stderr
+
+
+def test_cpu_probe_profile(cli, stage2, tmp_path):
+    profile = HardwareProfile(
+        name="probe-cpu",
+        origin="probe",
+        gpus_per_node=0,
+        intra_node=LinkClass(
+            kind="loopback-gloo",
+            backend="gloo",
+            ranks=2,
+            collectives={"all_reduce": CollectivePerf(alpha_s=1e-3, busbw_Bps=2e8)},
+        ),
+        compute=ComputeSpec(achieved_flops={"fp32": 2e10}),
+    )
+    path = tmp_path / "cpu.json"
+    path.write_text(profile.model_dump_json())
+    config = tmp_path / "fp32.json"
+    config.write_text(
+        '{"train_batch_size": 8, "train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 1}}'
+    )
+    r = cli(
+        "predict",
+        "--config",
+        config,
+        "--model",
+        "gpt2",
+        "--profile",
+        path,
+        "--world-size",
+        "4",
+        "--seq-len",
+        "128",
+        "--json",
+    )
+    assert r.code == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert data["memory"]["fits"] is None and data["mfu"] is None
+    assert data["workload"]["world_size"] == 4
+    assert data["workload"]["grad_accum"] == 2  # DeepSpeed: TB // MB // W
+    assert data["workload"]["precision"] == "fp32"
+
+
+def test_batch_triple_follows_deepspeed():
+    assert batch_triple(64, 2, None, 8) == (2, 4)
+    assert batch_triple(64, None, 2, 8) == (4, 2)
+    assert batch_triple(64, None, None, 8) == (8, 1)
+    assert batch_triple(None, 2, 3, 8) == (2, 3)
+    assert batch_triple(None, None, None, 8) == (1, 1)
+
+
+def test_timeline_text_draws_both_streams():
+    model = derive(load_model("llama-7b"), num_layers=2)
+    e = predict_step(
+        model,
+        Workload(seq_len=1024, gpus_per_node=8),
+        ZeroSettings(stage=2, overlap_comm=True, reduce_bucket_size=50_000_000),
+        load_profile("8xl40s-pcie"),
+        detail=True,
+    )
+    text = timeline_text(e, width=60)
+    lines = text.splitlines()
+    compute = next(line for line in lines if line.startswith("compute |"))
+    comm = next(line for line in lines if line.startswith("comm    |"))
+    assert len(compute) == len(comm) == len("compute |") + 60 + 1
+    assert "F" in compute and "B" in compute and "a" in comm and "g" in comm
+    assert "all_reduce bucket 1" in text
+    assert timeline_text(
+        predict_step(model, Workload(gpus_per_node=8), ZeroSettings(), load_profile("dgx-h100"))
+    ).startswith("(no timeline")

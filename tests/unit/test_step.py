@@ -1,0 +1,332 @@
+"""Mechanics of the step-time model (zerotune.model.step / comm) against DeepSpeed's behaviour
+(DEEPSPEED_FACTS §4) and the ZeRO paper's communication volumes (Rajbhandari et al. 2019, §7)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from zerotune.catalog.hardware import load_profile
+from zerotune.catalog.models import derive, load_model
+from zerotune.dsconfig.settings import ZeroSettings
+from zerotune.model.comm import bus_bytes, fill_buckets, persistent_flags
+from zerotune.model.step import predict_step
+from zerotune.schema.hardware import CollectivePerf, ComputeSpec, HardwareProfile, LinkClass
+from zerotune.schema.workload import Workload
+
+
+@pytest.fixture(scope="module")
+def llama7b():
+    return load_model("llama-7b")
+
+
+@pytest.fixture(scope="module")
+def small():
+    """A 4-block llama-7b-shaped model (full width): quick to simulate, real tensor sizes."""
+    return derive(load_model("llama-7b"), num_layers=4)
+
+
+@pytest.fixture(scope="module")
+def dgx():
+    return load_profile("dgx-h100")
+
+
+def wl(**kw) -> Workload:
+    base = {"seq_len": 2048, "micro_batch": 1, "grad_accum": 1, "precision": "bf16", "gpus_per_node": 8}
+    return Workload(**(base | kw))
+
+
+def calls(estimate, op=None, phase=None):
+    return [
+        c for c in estimate.collectives if (op is None or c.op == op) and (phase is None or c.phase == phase)
+    ]
+
+
+def count(estimate, op=None, phase=None) -> int:
+    return sum(c.count for c in calls(estimate, op, phase))
+
+
+def volume(estimate, op, n, phase=None) -> float:
+    """Bytes each rank sends for `op` over the step (nccl-tests busbw convention = the paper's unit)."""
+    return sum(bus_bytes(c.op, c.bytes, n) * c.count for c in calls(estimate, op, phase))
+
+
+# --------------------------------------------------------------------------- buckets and persistence
+
+
+def test_bucket_filling_follows_deepspeed():
+    # flush when bucket + next > R; the final partial bucket goes in the epilogue
+    assert [b.numel for b in fill_buckets([2, 2, 2, 2], 5)] == [4, 4]
+    assert [b.numel for b in fill_buckets([3, 3, 3], 5)] == [3, 3, 3]
+    # a tensor larger than R is reduced on its own
+    assert [b.numel for b in fill_buckets([2, 10, 2], 5)] == [2, 10, 2]
+    assert [b.after for b in fill_buckets([2, 2, 2, 2], 5)] == [1, 3]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(1, 1000), min_size=1, max_size=60), st.integers(1, 2000))
+def test_buckets_partition_the_gradients(numels, r):
+    buckets = fill_buckets(numels, r)
+    assert sum(b.numel for b in buckets) == sum(numels)
+    assert len(buckets) >= math.ceil(sum(numels) / max(r, max(numels)))
+    for b in buckets:  # never over R, unless it is one oversized tensor
+        assert b.numel <= r or b.numel in numels
+    assert [b.after for b in buckets] == sorted(b.after for b in buckets)
+
+
+def test_persistence_threshold_and_model_cap():
+    assert persistent_flags([10, 200, 50, 5], 100, 10**9) == [True, False, True, True]
+    assert persistent_flags([10, 200, 50, 5], 100, 60) == [True, False, True, False]
+
+
+# --------------------------------------------------------------------------- stage 1/2
+
+
+def test_stage2_fires_one_reduction_per_bucket(small, dgx):
+    r = 50_000_000
+    e = predict_step(small, wl(), ZeroSettings(stage=2, reduce_bucket_size=r), dgx, detail=True)
+    grads = [t for layer in reversed(small.layers) for t in reversed(layer.tensors)]
+    expected = len(fill_buckets(grads, r))
+    assert count(e, "all_reduce", "backward") == expected
+    assert expected >= math.ceil(small.params / r)
+    # one post-step all-gather of the updated 16-bit parameters
+    [gather] = calls(e, "all_gather", "step")
+    assert gather.bytes == small.params * 2 and gather.count == 1
+
+
+def test_stage1_reduces_only_at_the_accumulation_boundary(small, dgx):
+    z1 = ZeroSettings(stage=1, reduce_bucket_size=50_000_000, overlap_comm=True)
+    z2 = z1.model_copy(update={"stage": 2})
+    one = predict_step(small, wl(grad_accum=4), z1, dgx, detail=True)
+    two = predict_step(small, wl(grad_accum=4), z2, dgx, detail=True)
+    single = predict_step(small, wl(grad_accum=1), z1, dgx, detail=True)
+    assert count(one, "all_reduce", "backward") == count(single, "all_reduce", "backward")
+    assert count(two, "all_reduce", "backward") == 4 * count(single, "all_reduce", "backward")
+    # without overlap_comm stage 1 reduces after backward, in parameter order
+    off = predict_step(
+        small, wl(grad_accum=4), z1.model_copy(update={"overlap_comm": False}), dgx, detail=True
+    )
+    assert count(off, "all_reduce", "backward") == 0
+    assert volume(off, "all_reduce", 8, "step") == pytest.approx(
+        volume(one, "all_reduce", 8, "backward"), rel=1e-6
+    )
+
+
+def test_overlap_off_exposes_all_communication_and_on_hides_it(small, dgx):
+    z = ZeroSettings(stage=2, reduce_bucket_size=20_000_000)
+    off = predict_step(small, wl(), z.model_copy(update={"overlap_comm": False}), dgx)
+    on = predict_step(small, wl(), z.model_copy(update={"overlap_comm": True}), dgx, detail=True)
+    assert off.exposed_comm_s == pytest.approx(off.comm_s)
+    backward = sum(c.total_s for c in calls(on, phase="backward"))
+    after = sum(c.total_s for c in calls(on, phase="step"))  # post-step all-gather: always exposed
+    # all backward buckets but the last (the embedding's, after the last compute) are hidden
+    assert off.exposed_comm_s - on.exposed_comm_s > 0.5 * backward
+    assert on.exposed_comm_s >= after
+    assert on.step_time_s < off.step_time_s
+    # step = compute + exposed communication + optimizer when nothing overlaps
+    assert off.step_time_s == pytest.approx(off.compute_s + off.exposed_comm_s + off.optimizer_s)
+
+
+def test_contention_stretches_compute_under_overlap(small, dgx):
+    z = ZeroSettings(stage=2, reduce_bucket_size=20_000_000, overlap_comm=True)
+    slow = dgx.model_copy(update={"compute": dgx.compute.model_copy(update={"overlap_slowdown": 1.5})})
+    base = predict_step(small, wl(), z, dgx)
+    contended = predict_step(small, wl(), z, slow)
+    assert contended.compute_s > base.compute_s
+    # at most the overlapped span gets 1.5x longer
+    assert contended.compute_s - base.compute_s <= 0.5 * base.comm_s + 1e-9
+
+
+def test_one_rank_costs_no_communication(small, dgx):
+    for stage in (0, 1, 2, 3):
+        e = predict_step(small, wl(gpus_per_node=1), ZeroSettings(stage=stage), dgx, detail=True)
+        assert e.comm_s == 0 and e.exposed_comm_s == 0 and not e.collectives
+
+
+def test_zero_paper_volumes(small):
+    """ZeRO §7: DP all-reduce moves 2Ψ per rank; P_os+g adds nothing over it (reduce-scatter Ψ +
+    all-gather Ψ); P_os+g+p moves 3Ψ (forward gather, backward gather, reduce-scatter).
+
+    DeepSpeed 0.19.8 reduces stage 1/2 buckets with an all-reduce (use_multi_rank_bucket_allreduce,
+    DEEPSPEED_FACTS §4.1), so its gradient reduction is the paper's 2Ψ DP all-reduce and the
+    post-step all-gather adds Ψ: 3Ψ, not the paper's idealised 2Ψ."""
+    n = 64
+    hw = HardwareProfile(
+        name="flat",
+        gpus_per_node=8,
+        intra_node=LinkClass(kind="x", collectives={"all_reduce": CollectivePerf(alpha_s=0, busbw_Bps=1e11)}),
+        inter_node=LinkClass(kind="y", collectives={"all_reduce": CollectivePerf(alpha_s=0, busbw_Bps=1e11)}),
+        compute=ComputeSpec(achieved_flops={"bf16": 4e14}),
+    )
+    load = wl(gpus_per_node=8, nodes=8)
+    psi = small.params * 2  # bf16 bytes
+    ring = (n - 1) / n
+    s0 = predict_step(small, load, ZeroSettings(stage=0), hw, detail=True)
+    assert volume(s0, "all_reduce", n) == pytest.approx(2 * psi * ring, rel=1e-6)
+    for stage in (1, 2):
+        e = predict_step(small, load, ZeroSettings(stage=stage), hw, detail=True)
+        grads = volume(e, "all_reduce", n) - bus_bytes("all_reduce", 4, n)  # minus the grad-norm scalar
+        assert grads == pytest.approx(2 * psi * ring, rel=1e-6)
+        assert volume(e, "all_gather", n) == pytest.approx(psi * ring, rel=1e-6)
+    # no persistence, no reuse and no prefetch (a prefetch walk can keep the last module gathered)
+    z3 = ZeroSettings(stage=3, param_persistence_threshold=0, max_reuse_distance=0, prefetch_bucket_size=0)
+    e3 = predict_step(small, load, z3, hw, detail=True)
+    total = volume(e3, "all_gather", n) + volume(e3, "reduce_scatter", n)
+    assert total == pytest.approx(3 * psi * ring, rel=1e-6)
+    assert volume(e3, "all_gather", n, "forward") == pytest.approx(psi * ring, rel=1e-6)
+
+
+# --------------------------------------------------------------------------- stage 3
+
+
+def test_stage3_persistent_params_are_never_gathered(small, dgx):
+    everything = ZeroSettings(stage=3, param_persistence_threshold=small.largest_tensor)
+    e = predict_step(small, wl(), everything, dgx, detail=True)
+    assert count(e, "all_gather") == 0
+    assert count(e, "reduce_scatter") > 0  # gradients are still reduce-scattered
+    kept = ZeroSettings(stage=3, max_reuse_distance=10 * small.params)
+    default = predict_step(small, wl(), kept, dgx, detail=True)
+    norms = sum(t for layer in small.layers for t in layer.tensors if t <= 100_000)  # default threshold 1e5
+    gathered = sum(c.bytes * c.count for c in calls(default, "all_gather"))
+    assert gathered == (small.params - norms) * 2  # every non-persistent element once, in bf16
+
+
+def test_stage3_reuse_distance_avoids_backward_gathers(small, dgx):
+    keep = ZeroSettings(stage=3, max_reuse_distance=10 * small.params)
+    regather = ZeroSettings(stage=3, max_reuse_distance=0)
+    kept = predict_step(small, wl(), keep, dgx, detail=True)
+    again = predict_step(small, wl(), regather, dgx, detail=True)
+    assert count(kept, "all_gather", "backward") == 0
+    norms = sum(t for layer in small.layers for t in layer.tensors if t <= 100_000)
+    once = (small.params - norms) * 2
+    assert sum(c.bytes * c.count for c in calls(kept, "all_gather")) == once
+    # released after forward, so gathered again for backward (prefetched as soon as the trace walk
+    # reaches them), except modules the walk passed while they were still gathered, which
+    # DeepSpeed then keeps (partitioned_param_coordinator.__params_to_release)
+    twice = sum(c.bytes * c.count for c in calls(again, "all_gather"))
+    assert once + small.layers[1].params * 2 <= twice <= 2 * once
+    no_walk = predict_step(
+        small, wl(), regather.model_copy(update={"prefetch_bucket_size": 0}), dgx, detail=True
+    )
+    assert sum(c.bytes * c.count for c in calls(no_walk, "all_gather")) == 2 * once
+
+
+def test_stage3_prefetch_and_max_live_bound_the_gathers(small, dgx):
+    base = ZeroSettings(stage=3, max_reuse_distance=0)
+    no_prefetch = predict_step(
+        small, wl(), base.model_copy(update={"prefetch_bucket_size": 0}), dgx, detail=True
+    )
+    capped = predict_step(small, wl(), base.model_copy(update={"max_live_parameters": 0}), dgx, detail=True)
+    wide = predict_step(
+        small, wl(), base.model_copy(update={"prefetch_bucket_size": 10**9}), dgx, detail=True
+    )
+    # without prefetch every module waits for its own gather: more exposed communication
+    assert no_prefetch.exposed_comm_s > wide.exposed_comm_s
+    assert capped.exposed_comm_s == pytest.approx(no_prefetch.exposed_comm_s)
+    # with an unbounded window the first fetch gathers everything: its own call + one prefetch
+    first_two = [e for e in wide.events if e.kind == "all_gather"][:2]
+    norms = sum(t for layer in small.layers for t in layer.tensors if t <= 100_000)
+    assert first_two[0].end_s <= first_two[1].start_s
+    assert sum(c.bytes * c.count for c in calls(wide, "all_gather", "forward")) >= (small.params - norms) * 2
+    # one call per module with parameters when nothing is prefetched
+    modules = sum(1 for layer in small.layers if any(t > 100_000 for t in layer.tensors))
+    assert count(no_prefetch, "all_gather", "forward") == modules
+
+
+def test_zeropp_quantized_weights_and_hpz(small):
+    hw = load_profile("h100-2node-ib")
+    slow_ib = {
+        op: CollectivePerf(alpha_s=6e-5, busbw_Bps=25e9)
+        for op in ("all_gather", "reduce_scatter", "all_reduce")
+    }
+    hw = hw.model_copy(update={"inter_node": hw.inter_node.model_copy(update={"collectives": slow_ib})})
+    load = wl(gpus_per_node=8, nodes=2)
+    base = ZeroSettings(stage=3, max_reuse_distance=0)
+    plain = predict_step(small, load, base, hw, detail=True)
+    qwz = predict_step(small, load, base.model_copy(update={"zero_quantized_weights": True}), hw, detail=True)
+    fwd = lambda e: sum(c.bytes * c.count for c in calls(e, "all_gather", "forward"))  # noqa: E731
+    assert fwd(qwz) == pytest.approx(0.5 * fwd(plain), rel=0.01)
+    hpz = predict_step(small, load, base.model_copy(update={"zero_hpz_partition_size": 8}), hw, detail=True)
+    # the second gather of each module comes from the node-local secondary copy, over NVLink
+    ag = lambda e: sum(c.total_s for c in calls(e, "all_gather"))  # noqa: E731
+    volume_of = lambda e: sum(c.bytes * c.count for c in calls(e, "all_gather"))  # noqa: E731
+    assert volume_of(hpz) == volume_of(plain)
+    assert ag(hpz) < 0.7 * ag(plain)
+
+
+# --------------------------------------------------------------------------- hardware
+
+
+def test_pcie_box_is_communication_bound_where_nvlink_is_not(llama7b, dgx):
+    pcie = load_profile("8xl40s-pcie")
+    z = ZeroSettings(stage=3, overlap_comm=True, max_reuse_distance=0)
+    load = wl(seq_len=2048, micro_batch=1)
+    on_nvlink = predict_step(llama7b, load, z, dgx)
+    on_pcie = predict_step(llama7b, load, z, pcie)
+    assert on_nvlink.bottleneck == "compute"
+    assert on_pcie.bottleneck == "communication"
+    assert on_pcie.exposed_comm_s / on_pcie.step_time_s > on_nvlink.exposed_comm_s / on_nvlink.step_time_s
+
+
+def test_cpu_probe_profile_is_a_valid_target(small):
+    cpu = HardwareProfile(
+        name="cpu",
+        gpus_per_node=0,
+        intra_node=LinkClass(
+            kind="loopback-gloo",
+            backend="gloo",
+            ranks=2,
+            collectives={"all_reduce": CollectivePerf(alpha_s=1e-3, busbw_Bps=2e8)},
+        ),
+        compute=ComputeSpec(achieved_flops={"fp32": 2e10}),
+    )
+    load = wl(precision="fp32", gpus_per_node=2, seq_len=128)
+    on = predict_step(small, load, ZeroSettings(stage=2, overlap_comm=True), cpu, detail=True)
+    off = predict_step(small, load, ZeroSettings(stage=2, overlap_comm=False), cpu, detail=True)
+    assert on.mfu is None
+    # DeepSpeed's CPU accelerator has no streams: reductions block the training thread either way
+    assert on.step_time_s == pytest.approx(off.step_time_s)
+    assert on.exposed_comm_s == pytest.approx(on.comm_s)
+    assert any("no streams" in note for note in on.notes)
+
+
+def test_optimizer_offload_moves_the_step_to_the_cpu(llama7b, dgx):
+    z = ZeroSettings(stage=2, offload_optimizer={"device": "cpu"})
+    e = predict_step(llama7b, wl(), z, dgx)
+    plain = predict_step(llama7b, wl(), ZeroSettings(stage=2), dgx)
+    assert e.optimizer_s > 10 * plain.optimizer_s
+    assert e.offload_s > 0
+
+
+def test_mfu_and_tokens(llama7b, dgx):
+    e = predict_step(llama7b, wl(micro_batch=2, grad_accum=2), ZeroSettings(stage=2, overlap_comm=True), dgx)
+    assert e.tokens_per_s == pytest.approx(2048 * 2 * 2 * 8 / e.step_time_s)
+    assert 0.1 < e.mfu < 0.6
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    stage=st.sampled_from([0, 1, 2, 3]),
+    overlap=st.booleans(),
+    bucket=st.sampled_from([1_000_000, 30_000_000, 500_000_000]),
+    accum=st.integers(1, 3),
+    prefetch=st.sampled_from([0, 5_000_000, 50_000_000]),
+    reuse=st.sampled_from([0, 10**9]),
+)
+def test_fast_path_equals_detailed_path(small, dgx, stage, overlap, bucket, accum, prefetch, reuse):
+    z = ZeroSettings(
+        stage=stage,
+        overlap_comm=overlap,
+        reduce_bucket_size=bucket,
+        prefetch_bucket_size=prefetch,
+        max_reuse_distance=reuse,
+    )
+    fast = predict_step(small, wl(grad_accum=accum), z, dgx)
+    full = predict_step(small, wl(grad_accum=accum), z, dgx, detail=True)
+    assert fast.step_time_s == pytest.approx(full.step_time_s, rel=1e-9)
+    assert fast.exposed_comm_s == pytest.approx(full.exposed_comm_s, rel=1e-9, abs=1e-12)
+    assert full.step_time_s >= full.compute_s
+    assert sum(c.total_s for c in full.collectives) == pytest.approx(full.comm_s, rel=1e-9)
