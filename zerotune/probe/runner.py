@@ -7,6 +7,7 @@ every rank as its task; see zerotune.probe.rank_worker for what a rank does with
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import socket
 import time
@@ -83,6 +84,9 @@ def plan(gpus: GpuReport | None, options: ProbeOptions) -> Plan:
 
 def build_task(p: Plan, options: ProbeOptions, model: Any, cores: int, op_timeout_s: float) -> dict[str, Any]:
     on_gpu = p.backend == "nccl"
+    shape = shape_for(model, on_gpu)
+    if options.quick and not on_gpu:  # half the tokens: a loaded 2-core host still ends in seconds
+        shape = dataclasses.replace(shape, seq=shape.seq // 2)
     task: dict[str, Any] = {
         "backend": p.backend,
         "dtype": p.dtype,
@@ -94,7 +98,7 @@ def build_task(p: Plan, options: ProbeOptions, model: Any, cores: int, op_timeou
         "batch_s": 0.005 if on_gpu else 0.02,
         "op_timeout_s": op_timeout_s,
         "compute": True,
-        "shape": shape_for(model, on_gpu).as_dict(),
+        "shape": shape.as_dict(),
         "budget_s": 0.5 if options.quick else 1.5,
         "adam_params": (2 if options.quick else 8) * 1_000_000 * (4 if on_gpu else 1),
         "threads_per_rank": max(1, cores // p.nproc),
