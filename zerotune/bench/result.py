@@ -97,6 +97,8 @@ class StageRun(_Model):
     stage: int
     losses: list[float] = Field(description="rank 0 loss per optimizer step, warm-up included")
     step_time_s: float
+    collectives: list[Collective] = Field(default_factory=list)
+    buckets: list[Bucket] = Field(default_factory=list, description="one logged step's calls, in order")
 
 
 class Parity(_Model):

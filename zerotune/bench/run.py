@@ -184,11 +184,7 @@ def run_bench(
             method=rank0["memory_method"],
         ),
         losses={str(s): runs[s][0]["losses"] for s in sorted(runs)},
-        parity=parity(
-            {s: runs[s][0]["losses"] for s in sorted(runs)}, {s: aggregate.step_times(runs[s]) for s in runs}
-        )
-        if compare_stages
-        else None,
+        parity=parity(runs) if compare_stages else None,
         notes=prepared.notes,
     )
     return result.model_copy(update={"prediction": predict(result, hardware)})
@@ -213,11 +209,10 @@ def _launch(
     return launch(spec, on_step=lambda rank, step: say(f"{label}: {step}") if rank == 0 else None)
 
 
-def parity(
-    losses: dict[int, list[float]], times: dict[int, list[float]], rtol: float = PARITY_RTOL
-) -> Parity:
-    """Compare each stage's loss curve with the first stage's (stage 0 when it ran)."""
-    stages = sorted(losses)
+def parity(runs: dict[int, list[dict[str, Any]]], rtol: float = PARITY_RTOL) -> Parity:
+    """Compare each stage's rank-0 loss curve with the lowest stage's (stage 0 when it ran)."""
+    stages = sorted(runs)
+    losses = {s: runs[s][0]["losses"] for s in stages}
     reference = losses[stages[0]]
     abs_diff = rel_diff = 0.0
     for stage in stages[1:]:
@@ -226,7 +221,16 @@ def parity(
             rel_diff = max(rel_diff, abs(a - b) / max(abs(a), 1e-12))
     finite = all(math.isfinite(x) for s in stages for x in losses[s])
     return Parity(
-        stages=[StageRun(stage=s, losses=losses[s], step_time_s=median(times[s])) for s in stages],
+        stages=[
+            StageRun(
+                stage=s,
+                losses=losses[s],
+                step_time_s=median(aggregate.step_times(runs[s])),
+                collectives=aggregate.collectives(runs[s][0]),
+                buckets=aggregate.buckets(runs[s][0]),
+            )
+            for s in stages
+        ],
         max_abs_diff=abs_diff,
         max_rel_diff=rel_diff,
         rtol=rtol,

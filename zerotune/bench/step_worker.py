@@ -42,9 +42,10 @@ def main() -> None:
     task = worker_task()
     try:
         write_result(_run(task, rank, world))
-    except BaseException as exc:  # one clear last line for the parent, then a non-zero exit
-        traceback.print_exc()
-        sys.stderr.write(f"{type(exc).__name__}: {_first_line(exc)}\n")
+    except BaseException as exc:  # one clear line on stderr for the parent, then a non-zero exit
+        traceback.print_exc(file=sys.stdout)  # the full story stays in the rank's stdout log
+        sys.stdout.flush()
+        sys.stderr.write(f"{type(exc).__name__}: {_summary(exc)}\n")
         sys.stderr.flush()
         os._exit(1)
     # Skip interpreter teardown: DeepSpeed/gloo atexit handlers can block on a finished peer.
@@ -53,9 +54,11 @@ def main() -> None:
     os._exit(0)
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else repr(exc)
+def _summary(exc: BaseException, limit: int = 400) -> str:
+    """The exception's message on one line (pydantic puts the field and the rule on later lines)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    text = "; ".join(lines[:4]) if lines else repr(exc)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _rss_bytes() -> int:
