@@ -169,6 +169,7 @@ def test_cpu_profile_uses_fp32_and_the_given_ranks(cli, tmp_path) -> None:
         (("--model", "gpt2", "--profile", "8xl40s-pcie", "--objective", "cost"), "hourly"),
         (("--model", "gpt2", "--top", "0"), "--top"),
         (("--model", "gpt2", "--profile", "dgx-h100", "--gpus", "16"), "GPUs per node"),
+        (("--model", "llama3.1-405b", "--profile", "4xrtx4090"), "no configuration of llama3.1-405b fits"),
     ],
 )
 def test_input_errors_are_one_line(cli, args, message) -> None:

@@ -111,6 +111,8 @@ def binding_constraint(result: SearchResult, best: Evaluation) -> tuple[str, str
     chosen = (cand.stage, *cand.offload)
     rung = LADDER.index(chosen) if chosen in LADDER else len(LADDER)
     blocked = [k for k in LADDER[:rung] if k in result.groups and result.groups[k].fitting == 0]
+    if result.request.objective == "memory":
+        blocked = []  # the choice trades speed for memory on purpose; what bounds its step remains
     faster = []
     for k in blocked:
         stage, opt, par = k

@@ -73,4 +73,4 @@ def measure_top(
         result=result,
         choice=choice,
     )
-    return remade or rec, rows
+    return remade, rows

@@ -11,11 +11,13 @@ from typing import Any
 
 from zerotune.dsconfig.emit import HF_AUTO_PATHS, emit_config, get_path, has_path, hf_auto
 from zerotune.dsconfig.hf_auto import BASELINES, hf_hidden_size_values
+from zerotune.errors import InputError
 from zerotune.schema.hardware import HardwareProfile
 from zerotune.schema.model import ModelSpec
 from zerotune.search.explain import Explanation, explain, group_label
 from zerotune.search.rank import Evaluation, SearchRequest, SearchResult, search
 from zerotune.search.space import workload_for
+from zerotune.units import GiB
 
 JSON_SCHEMA_VERSION = 1
 
@@ -63,6 +65,24 @@ class Recommendation:
         return {p: get_path(self.concrete, p) for p in HF_AUTO_PATHS if has_path(self.concrete, p)}
 
 
+def nothing_fits(result: SearchResult) -> InputError:
+    """The error for a model no configuration fits: what the smallest one needs."""
+    smallest = min(
+        (g.smallest for g in result.groups.values() if g.smallest is not None),
+        key=lambda ev: (ev.per_gpu_bytes, ev.candidate),
+    )
+    c = smallest.candidate
+    cap = result.hardware.gpu.memory_bytes if result.hardware.gpu else None
+    need = smallest.per_gpu_bytes * (1 + result.request.safety_margin)
+    where = f" vs {cap / GiB:.1f} GiB" if cap else ""
+    return InputError(
+        f"no configuration of {result.model.name} fits {result.hardware.name}: the smallest "
+        f"({group_label((c.stage, *c.offload))}, micro-batch {c.micro_batch}) needs {need / GiB:.1f} GiB per GPU "
+        f"with the {result.request.safety_margin:.0%} margin{where}",
+        hint="use more GPUs (--gpus/--nodes or a bigger profile), a shorter --seq-len, or a smaller model",
+    )
+
+
 def top_alternatives(result: SearchResult, k: int) -> tuple[Evaluation, ...]:
     """The best `k` ranked candidates with distinct (stage, offload, batch split, checkpointing):
     the next-best configurations that differ in something that matters, not in a knob that
@@ -88,13 +108,13 @@ def recommend(
     hf: bool = False,
     result: SearchResult | None = None,
     choice: Evaluation | None = None,
-) -> Recommendation | None:
-    """Search and explain; None when nothing fits. `result`/`choice` let a caller (--measure)
-    re-explain a different candidate of an existing search."""
+) -> Recommendation:
+    """Search and explain (InputError when nothing fits). `result`/`choice` let a caller
+    (--measure) re-explain a different candidate of an existing search."""
     result = result or search(model, hardware, request)
     best = choice or result.best
     if best is None:
-        return None
+        raise nothing_fits(result)
     explanation = explain(result, best)
     world = result.workload.world_size
     concrete = emit_config(best.candidate, world)
