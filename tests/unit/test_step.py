@@ -191,7 +191,7 @@ def test_stage3_persistent_params_are_never_gathered(small, dgx):
     default = predict_step(small, wl(), kept, dgx, detail=True)
     norms = sum(t for layer in small.layers for t in layer.tensors if t <= 100_000)  # default threshold 1e5
     gathered = sum(c.bytes * c.count for c in calls(default, "all_gather"))
-    assert gathered == (small.params - norms) * 2  # every non-persistent element once, in bf16
+    assert gathered == pytest.approx((small.params - norms) * 2, rel=1e-6)  # each non-persistent element once
 
 
 def test_stage3_reuse_distance_avoids_backward_gathers(small, dgx):
@@ -202,7 +202,7 @@ def test_stage3_reuse_distance_avoids_backward_gathers(small, dgx):
     assert count(kept, "all_gather", "backward") == 0
     norms = sum(t for layer in small.layers for t in layer.tensors if t <= 100_000)
     once = (small.params - norms) * 2
-    assert sum(c.bytes * c.count for c in calls(kept, "all_gather")) == once
+    assert sum(c.bytes * c.count for c in calls(kept, "all_gather")) == pytest.approx(once, rel=1e-6)
     # released after forward, so gathered again for backward (prefetched as soon as the trace walk
     # reaches them), except modules the walk passed while they were still gathered, which
     # DeepSpeed then keeps (partitioned_param_coordinator.__params_to_release)
@@ -211,7 +211,7 @@ def test_stage3_reuse_distance_avoids_backward_gathers(small, dgx):
     no_walk = predict_step(
         small, wl(), regather.model_copy(update={"prefetch_bucket_size": 0}), dgx, detail=True
     )
-    assert sum(c.bytes * c.count for c in calls(no_walk, "all_gather")) == 2 * once
+    assert sum(c.bytes * c.count for c in calls(no_walk, "all_gather")) == pytest.approx(2 * once, rel=1e-6)
 
 
 def test_stage3_prefetch_and_max_live_bound_the_gathers(small, dgx):
@@ -249,12 +249,15 @@ def test_zeropp_quantized_weights_and_hpz(small):
     qwz = predict_step(small, load, base.model_copy(update={"zero_quantized_weights": True}), hw, detail=True)
     fwd = lambda e: sum(c.bytes * c.count for c in calls(e, "all_gather", "forward"))  # noqa: E731
     assert fwd(qwz) == pytest.approx(0.5 * fwd(plain), rel=0.01)
+    # without prefetch every released module is gathered again in backward: half the volume
+    base = base.model_copy(update={"prefetch_bucket_size": 0})
+    plain = predict_step(small, load, base, hw, detail=True)
     hpz = predict_step(small, load, base.model_copy(update={"zero_hpz_partition_size": 8}), hw, detail=True)
     # the second gather of each module comes from the node-local secondary copy, over NVLink
     ag = lambda e: sum(c.total_s for c in calls(e, "all_gather"))  # noqa: E731
     volume_of = lambda e: sum(c.bytes * c.count for c in calls(e, "all_gather"))  # noqa: E731
-    assert volume_of(hpz) == volume_of(plain)
-    assert ag(hpz) < 0.7 * ag(plain)
+    assert volume_of(hpz) == pytest.approx(volume_of(plain), rel=1e-6)
+    assert ag(hpz) < 0.6 * ag(plain)
 
 
 # --------------------------------------------------------------------------- hardware

@@ -240,26 +240,28 @@ class _Timeline:
         phase: str,
         *,
         concurrent: bool,
-        ready: float | None = None,
+        count: int = 1,
     ) -> float:
-        """Issue a collective; returns when it ends. A blocking one moves the compute cursor."""
+        """Issue `count` back-to-back calls of `seconds` each; returns when the last ends.
+        A blocking call moves the compute cursor."""
+        total = seconds * count
         if concurrent:
-            start = max(self.t if ready is None else ready, self.comm_free)
-            end = start + seconds
-            if seconds > 0:
+            start = max(self.t, self.comm_free)
+            end = start + total
+            if total > 0:
                 self.busy.append((start, end))
         else:
             start = max(self.t, self.comm_free)
-            end = start + seconds
+            end = start + total
             self.exposed += end - self.t
             self.t = end
         self.comm_free = end
-        self.comm_s += seconds
+        self.comm_s += total
         if self.detail:
             self.events.append(Event("comm", label, start, end, op))
             key = (op, int(nbytes), phase)
             rec = self.calls.setdefault(key, [0, seconds])
-            rec[0] += 1
+            rec[0] += count
         return end
 
     def wait(self, until: float) -> None:
@@ -410,82 +412,100 @@ def _stage3_micro_step(s: _Setup, tl: _Timeline, tag: str) -> None:
     after it unless reused within max_reuse_distance, reduce-scatter buckets in backward.
 
     The trace is the module order of the step: forward 0..L-1, then backward L-1..0 (position
-    2L-1-i). Prefetch walks it from a queue pointer, taking whole tensors while under
-    min(prefetch_bucket_size, max_live_parameters - gathered elements); a layer the walk passed
-    while it was still gathered is not released (DeepSpeed marks it "fetched for" that later use).
+    2L-1-i). Every module with parameters calls fetch_sub_module, and each call prefetches up to
+    min(prefetch_bucket_size, max_live_parameters - gathered elements) *new* elements, walking the
+    trace from a queue pointer and taking whole tensors (gathered ones are passed for free). A layer
+    of k modules is modelled as one walk with k times that budget, issued as the same number of
+    calls. A layer the walk passed while still gathered is not released: DeepSpeed marks it
+    "fetched for" that later use (`__params_to_release`).
     """
     z, layers, detail = s.zero, s.layers, tl.detail
     parts, part_sum, after = _stage3_layout(s)
     nl = len(layers)
+    last_pos = 2 * nl - 1
     modules = [max(len(layer.tensors), 1) for layer in layers]
     next_t = [0] * nl  # tensors of layer i gathered or in flight (a prefix of parts[i])
     ready = [0.0] * nl
     fetched_for = [-1] * nl  # furthest trace position a prefetch walk passed this layer for
     seen = [False] * nl  # gathered before in this micro-step (hpZ: a secondary copy exists)
-    state = {"available": 0, "q": 0, "calls": 0}
+    available = 0
+    q = 0
+    ncalls = 0
     prefetch = 1 if z.allgather_sequential else z.prefetch_bucket_size
+    max_live = z.max_live_parameters
     hpz = z.zero_hpz_partition_size > 1
+    qwz = z.zero_quantized_weights
     offload_rate = _param_source_Bps(s) if z.offload_param.device != "none" else 0.0
+    elem, n, cost, concurrent = s.elem_bytes, s.n, s.cost, s.gather_concurrent
 
-    def gather(pieces: list[tuple[int, int]], forward: bool) -> None:
-        if hpz:  # a layer gathered before in this micro-step has its hpZ secondary copy
-            again = [p for p in pieces if seen[p[0]]]
-            if again:
-                call(again, forward, secondary=True)
-                pieces = [p for p in pieces if not seen[p[0]]]
-                if not pieces:
-                    return
-        call(pieces, forward, secondary=False)
-
-    def call(pieces: list[tuple[int, int]], forward: bool, secondary: bool) -> None:
-        """One coalesced all-gather; hpZ secondary gathers stay inside groups of h ranks."""
-        numel = sum(p[1] for p in pieces)
-        nbytes = numel * s.elem_bytes
-        if z.zero_quantized_weights and not secondary:
+    def call(pieces: list[tuple[int, int]], forward: bool, secondary: bool, count: int) -> None:
+        """`count` coalesced all-gathers of the pieces' elements; hpZ secondary gathers stay in
+        groups of h ranks."""
+        nonlocal available, ncalls
+        numel = 0
+        for p in pieces:
+            numel += p[1]
+        nbytes = numel * elem / count
+        if qwz and not secondary:
             nbytes *= QWZ_BYTES_RATIO
-        ranks = min(z.zero_hpz_partition_size, s.n) if secondary else None
-        seconds = s.cost.seconds("all_gather", nbytes, ranks=ranks, intra=secondary)
+        if secondary:
+            seconds = cost.seconds("all_gather", nbytes, ranks=min(z.zero_hpz_partition_size, n), intra=True)
+        else:
+            seconds = cost.seconds("all_gather", nbytes)
         if offload_rate:
-            seconds += numel / s.n * s.elem_bytes / offload_rate
-        state["calls"] += 1
+            seconds += numel / count / n * elem / offload_rate
+        ncalls += count
         label = ""
         if detail:
-            label = f"all_gather {'fwd' if forward else 'bwd'} #{state['calls']} ({fmt_bytes(nbytes)})"
+            times = f" x{count}" if count > 1 else ""
+            label = f"all_gather {'fwd' if forward else 'bwd'} #{ncalls}{times} ({fmt_bytes(nbytes)})"
         end = tl.collective(
             "all_gather",
             nbytes,
             seconds,
             label,
             "forward" if forward else "backward",
-            concurrent=s.gather_concurrent,
+            concurrent=concurrent,
+            count=count,
         )
-        state["available"] += numel
+        available += numel
         for layer, _ in pieces:
             seen[layer] = True
             if end > ready[layer]:
                 ready[layer] = end
 
+    def gather(pieces: list[tuple[int, int]], forward: bool, count: int = 1) -> None:
+        if hpz:  # a layer gathered before in this micro-step has its hpZ secondary copy
+            again = [p for p in pieces if seen[p[0]]]
+            if again:
+                call(again, forward, True, 1)
+                pieces = [p for p in pieces if not seen[p[0]]]
+                if not pieces:
+                    return
+        call(pieces, forward, False, count)
+
     def fetch(i: int, pos: int, forward: bool) -> None:
+        nonlocal q
         if next_t[i] < len(parts[i]):
             rest = sum(parts[i][next_t[i] :])
             next_t[i] = len(parts[i])
             gather([(i, rest)], forward)
-        if state["q"] <= pos:
-            state["q"] = pos + 1
-        # every module with parameters runs fetch_sub_module, and each call prefetches up to
-        # min(prefetch_bucket_size, max_live - gathered) *new* elements from the trace queue
-        for _ in range(modules[i]):
-            budget = min(prefetch, z.max_live_parameters - state["available"])
-            if budget <= 0:
-                break
-            taken, pieces, q = 0, [], state["q"]
-            while q < 2 * nl and taken < budget:
-                j = q if q < nl else 2 * nl - 1 - q
-                got, pj, tj = 0, parts[j], next_t[j]
+        if q <= pos:
+            q = pos + 1
+        if prefetch <= 0 or q > last_pos:
+            tl.wait(ready[i])
+            return
+        budget = min(prefetch * modules[i], max_live - available)
+        if budget > 0:
+            taken, pieces = 0, []
+            while q <= last_pos and taken < budget:
+                j = q if q < nl else last_pos - q
+                pj, tj = parts[j], next_t[j]
+                got = 0
                 while tj < len(pj) and taken < budget:
                     got += pj[tj]
-                    taken += pj[tj]
                     tj += 1
+                taken += got
                 next_t[j] = tj
                 if got:
                     pieces.append((j, got))
@@ -493,25 +513,23 @@ def _stage3_micro_step(s: _Setup, tl: _Timeline, tag: str) -> None:
                     break
                 fetched_for[j] = q
                 q += 1
-            state["q"] = q
-            if not pieces:
-                break
-            gather(pieces, forward)
+            if pieces:
+                gather(pieces, forward, min(modules[i], -(-taken // max(prefetch, 1))))
         tl.wait(ready[i])
 
     for i, layer in enumerate(layers):
         fetch(i, i, True)
         tl.compute(s.fwd_s[i], f"{tag}fwd {layer.name}" if detail else "", "fwd")
-        if 2 * after[i] >= z.max_reuse_distance and fetched_for[i] < 2 * nl - 1 - i:
-            state["available"] -= part_sum[i]
+        if 2 * after[i] >= z.max_reuse_distance and fetched_for[i] < last_pos - i:
+            available -= part_sum[i]
             next_t[i] = 0
     fire = _buckets_by_layer(s.prep, z.reduce_bucket_size)
     op = "reduce_scatter" if z.reduce_scatter else "all_reduce"
     bucket_no = 0
     for i in range(nl - 1, -1, -1):
-        fetch(i, 2 * nl - 1 - i, False)
+        fetch(i, last_pos - i, False)
         tl.compute(s.bwd_s[i], f"{tag}bwd {layers[i].name}" if detail else "", "bwd")
-        state["available"] -= part_sum[i]
+        available -= part_sum[i]
         next_t[i] = 0
         for numel in fire[i]:
             bucket_no += 1
@@ -660,33 +678,32 @@ def predict_step(
         if not streams and stage in (1, 2) and zero.overlap_comm and n > 1:
             notes.append("overlap_comm has no effect here: DeepSpeed's CPU accelerator has no streams")
 
-    def run(boundary: bool, mi: int, keep: bool) -> tuple[_Timeline, float, float]:
-        tl = _Timeline(slowdown, detail and keep)
-        _micro_step(setup, tl, boundary, mi)
-        opt = transfer = 0.0
-        if boundary:
-            opt, transfer = _optimizer(setup, tl)
-        return tl, opt, transfer
-
-    last, opt, transfer = run(True, workload.grad_accum, True)
+    # The boundary micro-step, then the optimizer. Plain micro-steps (grad_accum - 1 of them) are
+    # the same forward/backward as the boundary one for stage 2/3 (they reduce every micro-step) and
+    # pure compute for stage 0/1 (they reduce only at the boundary).
+    last = _Timeline(slowdown, detail)
+    _micro_step(setup, last, True, workload.grad_accum)
+    micro = (last.t, last.compute_s, last.comm_s, last.exposed)
+    micro_calls = {k: v[0] for k, v in last.calls.items()} if detail else {}
+    opt, transfer = _optimizer(setup, last)
     reps = workload.grad_accum - 1
-    plain = run(False, 1, False)[0] if reps else None
-    step = last.t + (plain.t * reps if plain else 0.0)
-    compute = last.compute_s + (plain.compute_s * reps if plain else 0.0)
-    comm = last.comm_s + (plain.comm_s * reps if plain else 0.0)
-    exposed = last.exposed + (plain.exposed * reps if plain else 0.0)
+    if stage in (2, 3) and n > 1:
+        plain = micro
+    else:
+        plain = (fwd_total + bwd_total, fwd_total + bwd_total, 0.0, 0.0)
+        micro_calls = {}
+    step = last.t + plain[0] * reps
+    compute = last.compute_s + plain[1] * reps
+    comm = last.comm_s + plain[2] * reps
+    exposed = last.exposed + plain[3] * reps
 
     events: tuple[Event, ...] = ()
     calls: tuple[CollectiveCall, ...] = ()
     if detail:
         events = tuple(last.events)
         merged: dict[tuple[str, int, str], list[float]] = {k: list(v) for k, v in last.calls.items()}
-        if plain is not None:
-            plain_detail = _Timeline(slowdown, True)
-            _micro_step(setup, plain_detail, False, 1)
-            for key, (count, secs) in plain_detail.calls.items():
-                rec = merged.setdefault(key, [0, secs])
-                rec[0] += count * reps
+        for key, count in micro_calls.items():
+            merged[key][0] += count * reps
         calls = tuple(
             CollectiveCall(op, nbytes, int(count), secs, phase)
             for (op, nbytes, phase), (count, secs) in sorted(
