@@ -139,7 +139,7 @@ def command(
     for line in notices:
         err.print(f"[dim]{line}[/dim]")
     with err.status(f"searching configurations of {spec.name} on {hardware.name}", spinner="dots"):
-        rec = recommend(spec, hardware, request, top_k=max(top, measure), hf=hf)
+        rec = recommend(spec, hardware, request, top_k=max(top, measure), hf=hf, vary_nodes=nodes is None)
     measured = None
     if measure:
         from zerotune.search.measure import measure_top

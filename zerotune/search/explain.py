@@ -68,7 +68,7 @@ def _gib(n: float) -> str:
 
 
 def _pct(x: float) -> str:
-    return f"{x * 100:+.1f}%"
+    return "±0.0%" if abs(x) < 0.0005 else f"{x * 100:+.1f}%"
 
 
 def _ordinal(k: int) -> str:

@@ -61,6 +61,11 @@ def measure_top(
     if not ok:
         say("--measure: no run succeeded; keeping the predicted best")
         return rec, rows
+    if result.hardware.has_gpus and any(r.get("device") == "cpu" for r in ok):
+        say(
+            f"note: measured on this host's CPU (gloo ranks, a width-scaled proxy), not on {result.hardware.name}: "
+            "the pick reflects this host"
+        )
     winner = max(ok, key=lambda r: (r["measured_tokens_per_s"], -r["rank"]))
     winner["chosen"] = True
     choice = rec.top[winner["rank"] - 1]

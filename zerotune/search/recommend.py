@@ -6,7 +6,7 @@ the result and writes the files; everything a test wants to check is on `Recomme
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from zerotune.dsconfig.emit import HF_AUTO_PATHS, emit_config, get_path, has_path, hf_auto
@@ -65,6 +65,34 @@ class Recommendation:
         return {p: get_path(self.concrete, p) for p in HF_AUTO_PATHS if has_path(self.concrete, p)}
 
 
+def cheapest_node_count(
+    model: ModelSpec, hardware: HardwareProfile, request: SearchRequest
+) -> tuple[SearchResult, tuple[str, ...]]:
+    """--objective cost on a multi-node profile: search 1..nodes nodes and keep the lowest $ per
+    1B tokens. The rate scales with the GPU count (GPUs are rented per GPU; with_counts does the
+    same for the profile's rate), so fewer nodes win when scaling out costs more than it gains."""
+    from zerotune.catalog.hardware import with_counts
+
+    rows = []
+    for nodes in range(1, hardware.nodes + 1):
+        hw = with_counts(hardware, nodes=nodes)
+        rate = request.hourly_rate_usd
+        req = replace(request, hourly_rate_usd=rate * nodes / hardware.nodes if rate is not None else None)
+        res = search(model, hw, req)
+        cost = res.cost(res.best) if res.best is not None else None
+        rows.append((nodes, res, cost))
+    priced = [(cost, -nodes, res) for nodes, res, cost in rows if cost is not None]
+    if not priced:
+        return rows[-1][1], ()
+    cost, _, best = min(priced, key=lambda r: (r[0], r[1]))
+    parts = [
+        f"{n} node{'s' if n > 1 else ''}: " + (f"${c:,.0f}" if c is not None else "does not fit")
+        for n, _, c in rows
+    ]
+    line = f"cost per 1B tokens by node count: {'; '.join(parts)} -> {best.workload.nodes} node(s)"
+    return best, (line,)
+
+
 def nothing_fits(result: SearchResult) -> InputError:
     """The error for a model no configuration fits: what the smallest one needs."""
     smallest = min(
@@ -108,14 +136,28 @@ def recommend(
     hf: bool = False,
     result: SearchResult | None = None,
     choice: Evaluation | None = None,
+    vary_nodes: bool = False,
 ) -> Recommendation:
     """Search and explain (InputError when nothing fits). `result`/`choice` let a caller
-    (--measure) re-explain a different candidate of an existing search."""
+    (--measure) re-explain a different candidate of an existing search. With `vary_nodes` and
+    the cost objective on a multi-node profile, every node count from 1 up is searched and the
+    cheapest per token wins (`cheapest_node_count`)."""
+    extra: tuple[str, ...] = ()
+    if (
+        result is None
+        and vary_nodes
+        and request is not None
+        and request.objective == "cost"
+        and hardware.nodes > 1
+    ):
+        result, extra = cheapest_node_count(model, hardware, request)
     result = result or search(model, hardware, request)
     best = choice or result.best
     if best is None:
         raise nothing_fits(result)
     explanation = explain(result, best)
+    if extra:
+        explanation = replace(explanation, summary=explanation.summary + extra)
     world = result.workload.world_size
     concrete = emit_config(best.candidate, world)
     reasons = dict(explanation.reasons)
