@@ -130,3 +130,96 @@ def test_removed_key_lists_equal_deepspeed(ds) -> None:
 
     assert list(schema.REMOVED_TOP) == list(config._REMOVED_TOP_LEVEL_CONFIG_KEYS)
     assert list(schema.REMOVED_ZERO) == list(config._REMOVED_ZERO_CONFIG_KEYS)
+
+
+VALUES = [
+    True,
+    False,
+    0,
+    1,
+    2,
+    -3,
+    0.0,
+    1.0,
+    2.0,
+    2.5,
+    5e8,
+    15099494.4,
+    float("inf"),
+    float("nan"),
+    "0",
+    "1",
+    "8",
+    " 8 ",
+    "8.0",
+    "8.5",
+    "5e8",
+    "1_000",
+    "+7",
+    "yes",
+    "no",
+    "on",
+    "off",
+    "t",
+    "f",
+    "y",
+    "n",
+    "True",
+    "FALSE",
+    "maybe",
+    "",
+    "auto",
+    "nan",
+    "inf",
+    "cpu",
+    "CPU",
+    "none",
+    "nvme",
+    "3",
+    "3.0",
+    [],
+    ["a"],
+    ["a", 1],
+    {},
+    None,
+]
+
+
+@pytest.mark.parametrize("kind", ["bool", "int", "float", "str", "stage", "device", "list"])
+def test_lax_coercion_equals_pydantic(kind) -> None:
+    """Our restatement of pydantic's lax conversion table gives pydantic's answers."""
+    from enum import Enum
+    from typing import Literal
+
+    from pydantic import TypeAdapter, ValidationError
+
+    class Stage(int, Enum):  # DeepSpeed's ZeroStageEnum
+        s0 = 0
+        s1 = 1
+        s2 = 2
+        s3 = 3
+
+    python_type = {
+        "bool": bool,
+        "int": int,
+        "float": float,
+        "str": str,
+        "stage": Stage,
+        "device": Literal["none", "cpu", "nvme"],
+        "list": list[str],
+    }[kind]
+    adapter = TypeAdapter(python_type)
+    f = schema.Field("x", kind)
+    for value in VALUES:
+        if value is None or (kind == "list" and isinstance(value, str)):
+            continue  # null handling and the str→list wrap are DeepSpeed's, tested above
+        try:
+            expected = adapter.validate_python(value)
+            expected = expected.value if isinstance(expected, Enum) else expected
+            ok = True
+        except ValidationError:
+            ok = False
+        ours, problem = schema.coerce(f, value)
+        assert (problem is None) == ok, (kind, value, problem)
+        if ok and not (isinstance(expected, float) and expected != expected):
+            assert ours == expected and type(ours) is type(expected), (kind, value, ours, expected)

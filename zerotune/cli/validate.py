@@ -121,7 +121,11 @@ def command(
     elif output_format is Format.github:
         sys.stdout.write(diagnostics.github(reports))
     else:
-        console.out().print(diagnostics.text(reports), soft_wrap=True)
+        rendered = diagnostics.text(reports)
+        if sys.stdout.isatty():
+            console.out().print(rendered, soft_wrap=True)
+        else:  # no colour to add: skip rich's segment rendering (keeps a 100-file CI run fast)
+            sys.stdout.write(rendered.plain + "\n")
     s = diagnostics.summary(reports)
     failed = s["errors"] > 0 or (strict and s["warnings"] > 0)
     if failed and not exit_zero:

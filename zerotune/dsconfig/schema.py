@@ -19,8 +19,10 @@ Parsing rules that matter for a linter (DEEPSPEED_FACTS §1.1, §3.8):
 
 from __future__ import annotations
 
+import math
+import re
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 Kind = Literal["bool", "int", "float", "str", "stage", "device", "path", "object", "list", "number", "any"]
@@ -65,15 +67,17 @@ class Section:
     fields: tuple[Field, ...] = ()
     source: str = ""
 
+    _index: dict[str, Field] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self._index.update({k: f for f in self.fields for k in f.spellings})
+
     def field(self, key: str) -> Field | None:
-        for f in self.fields:
-            if key in f.spellings:
-                return f
-        return None
+        return self._index.get(key)
 
     @property
     def keys(self) -> tuple[str, ...]:
-        return tuple(k for f in self.fields for k in f.spellings)
+        return tuple(self._index)
 
 
 F = Field
@@ -721,8 +725,10 @@ def known_keys_anywhere() -> dict[str, list[str]]:
 
 
 # ---- DeepSpeed's value coercion -------------------------------------------------------------------------------
-# Strict sections validate with pydantic in lax mode, so pydantic itself (a core dependency) answers "would
-# DeepSpeed accept this value?" exactly: bool accepts 1/"yes"/"on", int accepts 5e8 and "8" but not "5e8" or 2.5.
+# Strict sections validate with pydantic 2 in lax mode. The rules below restate pydantic's conversion table
+# (https://docs.pydantic.dev/latest/concepts/conversion_table/) for the types DeepSpeed's fields use; building
+# pydantic TypeAdapters instead costs ~0.4 s at start-up. tests/unit/test_dsconfig_schema.py checks these
+# functions against pydantic itself on a battery of values.
 
 
 @dataclass(frozen=True)
@@ -731,28 +737,72 @@ class ValueProblem:
     message: str
 
 
-_ADAPTERS: dict[str, Any] = {}
+_TRUE = {"1", "on", "t", "true", "y", "yes"}
+_FALSE = {"0", "off", "f", "false", "n", "no"}
+_INT_FLOAT_STR = re.compile(r"[+-]?\d+\.0*")
+_MISSING = object()
 
 
-def _adapter(kind: str) -> Any:
-    if kind not in _ADAPTERS:
-        from pathlib import Path
+def _lax_bool(v: Any) -> Any:
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, int) and v in (0, 1):
+        return bool(v)
+    if isinstance(v, float) and v in (0.0, 1.0):
+        return bool(v)
+    if isinstance(v, str) and v.lower() in _TRUE | _FALSE:
+        return v.lower() in _TRUE
+    return _MISSING
 
-        from pydantic import TypeAdapter
 
-        types: dict[str, Any] = {
-            "bool": bool,
-            "int": int,
-            "float": float,
-            "number": float,
-            "str": str,
-            "stage": Literal[0, 1, 2, 3],
-            "device": Literal["none", "cpu", "nvme"],
-            "path": Path,
-            "list": list[str],
-        }
-        _ADAPTERS[kind] = TypeAdapter(types[kind])
-    return _ADAPTERS[kind]
+def _lax_int(v: Any) -> Any:
+    if isinstance(v, bool):
+        return int(v)
+    if isinstance(v, int):
+        return v
+    if isinstance(v, float):
+        if math.isfinite(v) and v.is_integer():
+            return int(v)
+        return _MISSING
+    if isinstance(v, str):
+        text = v.strip()
+        try:
+            return int(text)
+        except ValueError:
+            return int(float(text)) if _INT_FLOAT_STR.fullmatch(text) else _MISSING
+    return _MISSING
+
+
+def _lax_float(v: Any) -> Any:
+    if isinstance(v, (bool, int, float)):
+        return float(v)
+    if isinstance(v, str):
+        try:
+            return float(v.strip())
+        except ValueError:
+            return _MISSING
+    return _MISSING
+
+
+def _lax(kind: str, v: Any) -> Any:
+    if kind == "bool":
+        return _lax_bool(v)
+    if kind == "int":
+        return _lax_int(v)
+    if kind in ("float", "number"):
+        return _lax_float(v)
+    if kind in ("str", "path"):
+        return v if isinstance(v, str) else _MISSING
+    if kind == "stage":
+        if isinstance(v, (str, float)) and not isinstance(v, bool):
+            number = _lax_float(v)
+            v = int(number) if number is not _MISSING and math.isfinite(number) and number.is_integer() else v
+        return int(v) if isinstance(v, int) and v in (0, 1, 2, 3) else _MISSING
+    if kind == "device":
+        return v if isinstance(v, str) and v in ("none", "cpu", "nvme") else _MISSING
+    if kind == "list":
+        return v if isinstance(v, list) and all(isinstance(x, str) for x in v) else _MISSING
+    raise ValueError(kind)
 
 
 _EXPECT = {
@@ -772,7 +822,7 @@ _EXPECT = {
 def coerce(f: Field, value: Any) -> tuple[Any, ValueProblem | None]:
     """The value DeepSpeed's pydantic model would store for `value`, or the reason it rejects it."""
     if value is None:
-        if f.nullable or f.kind in ("any", "object") and f.name == "leaf_module":
+        if f.nullable or f.name == "leaf_module":
             return None, None
         return None, ValueProblem("type", f"null is not allowed, expected {_EXPECT.get(f.kind, f.kind)}")
     if f.kind == "any":
@@ -783,25 +833,21 @@ def coerce(f: Field, value: Any) -> tuple[Any, ValueProblem | None]:
         return value, ValueProblem("type", f"expected an object, got {_json_type(value)}")
     if f.kind == "list" and isinstance(value, str):
         value = [value]  # leaf_module wraps a bare string
-    if f.kind == "stage" and isinstance(value, (str, float)) and not isinstance(value, bool):
-        try:  # pydantic's int enum accepts "3" and 2.0
-            as_float = float(value)
-            value = int(as_float) if as_float.is_integer() else value
-        except ValueError:
-            pass
-    if f.name in ("loss_scale", "loss_scale_window", "min_loss_scale") and isinstance(value, bool):
+    strict_number = f.name in (
+        "loss_scale",
+        "loss_scale_window",
+        "min_loss_scale",
+    )  # precision_config validators
+    if strict_number and isinstance(value, bool):
         return value, ValueProblem("type", f"expected {_EXPECT[f.kind]}, got a boolean")
-    if f.kind in ("float", "number", "int") and isinstance(value, float) and value != value:
-        if f.name in ("loss_scale", "loss_scale_window", "min_loss_scale"):
-            return value, ValueProblem("range", "must be a finite number")
-    from pydantic import ValidationError
-
-    try:
-        out = _adapter(f.kind).validate_python(value)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        return value, ValueProblem("type", f"{first['msg'].rstrip('.')} (got {_short(value)})")
-    if f.name == "loss_scale" and out in (float("inf"), float("-inf")):
+    out = _lax(f.kind, value)
+    if out is _MISSING:
+        if f.kind == "int" and isinstance(value, float) and math.isfinite(value):
+            why = f"expected an integer, got a number with a fractional part ({_short(value)})"
+        else:
+            why = f"expected {_EXPECT[f.kind]}, got {_short(value)}"
+        return value, ValueProblem("type", why)
+    if isinstance(out, float) and not math.isfinite(out) and strict_number:
         return out, ValueProblem("range", "must be a finite number")
     if isinstance(out, (int, float)) and not isinstance(out, bool):
         for bound, ok, text in (

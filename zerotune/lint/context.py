@@ -136,6 +136,10 @@ class Context:
 
     def sections(self) -> list[tuple[str, dict[str, Any], schema.Section]]:
         """Every schema section present in the config as a mapping: (pointer, dict, Section)."""
+        return self._sections
+
+    @cached_property
+    def _sections(self) -> list[tuple[str, dict[str, Any], schema.Section]]:
         out = []
         for pointer, sec in schema.SECTIONS.items():
             value = self.at(pointer) if pointer else self.config
