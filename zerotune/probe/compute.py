@@ -182,15 +182,25 @@ def measure_copies(
 
 
 def measure_cpu_adam(torch: Any, params: int = 8_000_000, budget_s: float = 2.0) -> dict[str, Any]:
-    """Parameters updated per second by torch.optim.AdamW(foreach=True) on fp32 CPU tensors: the
-    optimizer step ZeRO-Offload runs on the host. DeepSpeedCPUAdam (SIMD C++, arXiv:2101.06840 §4.1)
-    is several times faster, so this is a floor for DeepSpeed's offload path."""
+    """Parameters updated per second by AdamW's multi-tensor (foreach) update on fp32 CPU tensors:
+    the optimizer step ZeRO-Offload runs on the host. It calls torch.optim.adamw.adamw, the function
+    torch.optim.AdamW(foreach=True).step() runs, because constructing an Optimizer imports
+    torch._dynamo (seconds). DeepSpeedCPUAdam (SIMD C++, arXiv:2101.06840 §4.1) is several times
+    faster, so this is a floor for DeepSpeed's offload path."""
+    from torch.optim.adamw import adamw
+
     chunk = 1_000_000
-    tensors = [torch.zeros(min(chunk, params - i), requires_grad=True) for i in range(0, params, chunk)]
-    for t in tensors:
-        t.grad = torch.full_like(t, 1e-3)
-    opt = torch.optim.AdamW(tensors, lr=1e-4, foreach=True)
-    times = _timed(torch, torch.device("cpu"), opt.step, warmup=1, budget_s=budget_s, max_iters=10)
+    weights = [torch.zeros(min(chunk, params - i)) for i in range(0, params, chunk)]
+    grads = [torch.full_like(w, 1e-3) for w in weights]
+    exp_avg = [torch.zeros_like(w) for w in weights]
+    exp_avg_sq = [torch.zeros_like(w) for w in weights]
+    steps = [torch.tensor(0.0) for _ in weights]
+
+    def step() -> None:
+        adamw(weights, grads, exp_avg, exp_avg_sq, [], steps, foreach=True, amsgrad=False,
+              beta1=0.9, beta2=0.999, lr=1e-4, weight_decay=0.01, eps=1e-8, maximize=False)  # fmt: skip
+
+    times = _timed(torch, torch.device("cpu"), step, warmup=1, budget_s=budget_s, max_iters=10)
     return {"params_per_s": params / statistics.median(times), "params": params}
 
 
