@@ -125,7 +125,10 @@ def _run(task: dict[str, Any], rank: int, world: int) -> dict[str, Any]:
         logged = step >= int(task["warmup"]) + int(task["steps"])
         report_step(f"step {step + 1}/{total}" + (" (comms logged)" if logged else ""))
         marks.enabled = logged
-        recorder.start() if logged else recorder.stop()
+        if logged:
+            recorder.start()
+        else:
+            recorder.stop()
         tdist.barrier()
         clock.sync()
         start = time.perf_counter()

@@ -105,8 +105,9 @@ def parity_table(result: BenchResult) -> Table | None:
 
 def timeline(result: BenchResult, width: int = 72) -> str:
     """Two lanes over one logged step: compute (F forward, B backward, S optimizer step) and the
-    collectives (one character per call: its index in the legend below). On a CPU (no streams)
-    DeepSpeed's reductions block the training thread, so the lanes alternate instead of overlapping.
+    collectives (one character per call: its index in the legend below). The comms logger
+    synchronises after every call, so in this pass the lanes alternate rather than overlap; the
+    unlogged step time says how much overlap bought.
     """
     segments, calls = result.timeline, result.buckets
     ends = [s.end_s for s in segments] + [c.start_s + c.latency_s for c in calls]
@@ -116,23 +117,22 @@ def timeline(result: BenchResult, width: int = 72) -> str:
     bin_s = span / width
     compute = [" "] * width
     comm = [" "] * width
-
-    def covered(t: float) -> bool:
-        return any(c.start_s <= t < c.start_s + c.latency_s for c in calls)
-
-    for i in range(width):
-        t = (i + 0.5) * bin_s
-        if covered(t):
-            continue
-        for seg in segments:
-            if seg.start_s <= t < seg.end_s:
-                compute[i] = _PHASE_CHAR[seg.phase]
-    for c in calls:
+    # Longest calls first, so a short call drawn later keeps at least its first column.
+    for c in sorted(calls, key=lambda call: -call.latency_s):
         char = _BUCKET_CHARS[c.index % len(_BUCKET_CHARS)]
         first = min(width - 1, int(c.start_s / bin_s))
         last = max(first, min(width - 1, int((c.start_s + c.latency_s) / bin_s - 1e-9)))
         for i in range(first, last + 1):
             comm[i] = char
+    # The logged pass is serialised (the comms logger synchronises after each call), so a column
+    # shows compute only where no collective is drawn.
+    for i in range(width):
+        t = (i + 0.5) * bin_s
+        if comm[i] != " ":
+            continue
+        for seg in segments:
+            if seg.start_s <= t < seg.end_s:
+                compute[i] = _PHASE_CHAR[seg.phase]
     lines = [
         f"timeline of one step (rank 0, comms logged), {fmt_seconds(span)} wide, one column = {fmt_seconds(bin_s)}",
         f"compute |{''.join(compute)}|",

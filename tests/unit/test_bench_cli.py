@@ -1,0 +1,63 @@
+"""`zerotune bench` input handling: mistakes are one line and exit 2, before any rank starts."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from zerotune.cli.bench import _load_config
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--stage", "4"], "--stage must be 0, 1, 2 or 3"),
+        (["--device", "tpu"], "--device must be auto, cpu or cuda"),
+        (["--layers", "0"], "--layers must be at least 1"),
+        (["--nproc", "0"], "--nproc must be at least 1"),
+        (["--width-scale", "2"], "--width-scale must be in (0, 1]"),
+        (["--config", "/nonexistent/ds.json"], "DeepSpeed config /nonexistent/ds.json not found"),
+        (["--model", "llama-7x"], "llama-7x"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(cli, args: list[str], message: str) -> None:
+    run = cli("bench", *args)
+    assert run.code == 2
+    assert message in run.stderr
+    assert "Traceback" not in run.stderr and run.stdout == ""
+
+
+def test_unreadable_config_names_the_file(cli, tmp_path: Path) -> None:
+    bad = tmp_path / "ds.json"
+    bad.write_text("{ zero_optimization: [")
+    run = cli("bench", "--config", bad)
+    assert run.code == 2 and f"{bad}: not a readable DeepSpeed config" in run.stderr
+    bad.write_text("[1, 2]")
+    assert "must be a JSON object" in cli("bench", "--config", bad).stderr
+
+
+def test_missing_deepspeed_says_which_extra_to_install(cli, monkeypatch: pytest.MonkeyPatch) -> None:
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "deepspeed" else real(name, *a)
+    )
+    run = cli("bench", "--device", "cpu")
+    assert run.code == 2
+    assert "deepspeed" in run.stderr and "pip install 'zerotune[bench]'" in run.stderr
+
+
+def test_config_files_load_as_json_hjson_or_yaml_and_stage_overrides(tmp_path: Path) -> None:
+    as_json = tmp_path / "a.json"
+    as_json.write_text(json.dumps({"zero_optimization": {"stage": 1, "reduce_bucket_size": 5e7}}))
+    assert _load_config(str(as_json), None) == {"zero_optimization": {"stage": 1, "reduce_bucket_size": 5e7}}
+    assert _load_config(str(as_json), 3)["zero_optimization"] == {"stage": 3, "reduce_bucket_size": 5e7}
+    as_hjson = tmp_path / "b.hjson"
+    as_hjson.write_text("{\n  # comment\n  zero_optimization: {stage: 2}\n}")
+    assert _load_config(str(as_hjson), None) == {"zero_optimization": {"stage": 2}}
+    as_yaml = tmp_path / "c.yaml"
+    as_yaml.write_text("zero_optimization:\n  stage: 3\n")
+    assert _load_config(str(as_yaml), None) == {"zero_optimization": {"stage": 3}}
+    assert _load_config(None, None) == {"zero_optimization": {"stage": 2}}
