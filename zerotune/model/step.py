@@ -495,26 +495,36 @@ def _stage3_micro_step(s: _Setup, tl: _Timeline, tag: str) -> None:
         if prefetch <= 0 or q > last_pos:
             tl.wait(ready[i])
             return
-        budget = min(prefetch * modules[i], max_live - available)
-        if budget > 0:
-            taken, pieces = 0, []
-            while q <= last_pos and taken < budget:
-                j = q if q < nl else last_pos - q
-                pj, tj = parts[j], next_t[j]
-                got = 0
-                while tj < len(pj) and taken < budget:
-                    got += pj[tj]
-                    tj += 1
-                taken += got
-                next_t[j] = tj
-                if got:
-                    pieces.append((j, got))
-                if tj < len(pj):
-                    break
-                fetched_for[j] = q
-                q += 1
-            if pieces:
-                gather(pieces, forward, min(modules[i], -(-taken // max(prefetch, 1))))
+        # modules[i] calls, each taking whole tensors until it has min(prefetch, max_live -
+        # gathered) new elements (so a call takes at least one tensor, however large)
+        taken, pieces, calls_made, in_call = 0, [], 0, 0
+        budget = min(prefetch, max_live - available)
+        while q <= last_pos and budget > 0 and calls_made < modules[i]:
+            j = q if q < nl else last_pos - q
+            pj, tj = parts[j], next_t[j]
+            got = 0
+            while tj < len(pj):
+                got += pj[tj]
+                in_call += pj[tj]
+                tj += 1
+                if in_call >= budget:
+                    calls_made += 1
+                    taken += in_call
+                    in_call = 0
+                    budget = min(prefetch, max_live - available - taken)
+                    if calls_made >= modules[i] or budget <= 0:
+                        break
+            next_t[j] = tj
+            if got:
+                pieces.append((j, got))
+            if tj < len(pj):
+                break
+            fetched_for[j] = q
+            q += 1
+        if in_call:
+            calls_made += 1
+        if pieces:
+            gather(pieces, forward, calls_made)
         tl.wait(ready[i])
 
     for i, layer in enumerate(layers):
