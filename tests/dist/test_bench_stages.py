@@ -108,7 +108,7 @@ def test_result_describes_the_proxy_and_the_config_it_ran(result: BenchResult) -
     assert result.phases.forward_s > 0 and result.phases.backward_s > 0 and result.phases.step_s > 0
     assert all(layer.forward_s > 0 and layer.backward_s > 0 for layer in result.layers)
     assert {s.phase for s in result.timeline} == {"forward", "backward", "step"}
-    assert all(p > b > 0 for p, b in zip(result.memory.peak_bytes, result.memory.baseline_bytes, strict=True))
+    assert all(p > b > 0 for p, b in zip(result.peak_memory_bytes, result.baseline_memory_bytes, strict=True))
 
 
 @pytest.mark.parametrize("stage", [1, 2])

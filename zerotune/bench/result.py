@@ -87,12 +87,6 @@ class Segment(_Model):
     end_s: float
 
 
-class Memory(_Model):
-    peak_bytes: list[int] = Field(description="per rank")
-    baseline_bytes: list[int] = Field(description="per rank, before the model was built")
-    method: str
-
-
 class StageRun(_Model):
     stage: int
     losses: list[float] = Field(description="rank 0 loss per optimizer step, warm-up included")
@@ -139,7 +133,9 @@ class BenchResult(_Model):
     buckets: list[Bucket]
     timeline: list[Segment]
     layers: list[LayerTime]
-    memory: Memory
+    peak_memory_bytes: list[int] = Field(description="per rank")
+    baseline_memory_bytes: list[int] = Field(description="per rank, before the model was built (CPU)")
+    memory_method: str = Field(description="how peak_memory_bytes was measured")
     losses: dict[str, list[float]] = Field(description="stage -> rank 0 loss per optimizer step")
     parity: Parity | None = None
     prediction: Prediction | None = None

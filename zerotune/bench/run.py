@@ -24,7 +24,7 @@ import zerotune
 from zerotune.bench import aggregate
 from zerotune.bench.config import prepare
 from zerotune.bench.decoder import module_names
-from zerotune.bench.result import BenchResult, Memory, Parity, Prediction, Proxy, StageRun, median
+from zerotune.bench.result import BenchResult, Parity, Prediction, Proxy, StageRun, median
 from zerotune.dsconfig.settings import resolve
 from zerotune.errors import InputError, MissingDependency
 from zerotune.schema.model import ModelSpec
@@ -178,11 +178,9 @@ def run_bench(
         buckets=aggregate.buckets(rank0),
         timeline=aggregate.timeline(rank0),
         layers=aggregate.layers(rank0),
-        memory=Memory(
-            peak_bytes=[r["peak_memory_bytes"] for r in ranks],
-            baseline_bytes=[r["baseline_memory_bytes"] for r in ranks],
-            method=rank0["memory_method"],
-        ),
+        peak_memory_bytes=[r["peak_memory_bytes"] for r in ranks],
+        baseline_memory_bytes=[r["baseline_memory_bytes"] for r in ranks],
+        memory_method=rank0["memory_method"],
         losses={str(s): runs[s][0]["losses"] for s in sorted(runs)},
         parity=parity(runs) if compare_stages else None,
         notes=prepared.notes,

@@ -39,8 +39,8 @@ def summary_table(result: BenchResult) -> Table:
         f"forward {fmt_seconds(ph.forward_s)}, backward {fmt_seconds(ph.backward_s)}, "
         f"optimizer step {fmt_seconds(ph.step_s)}",
     )
-    peaks = ", ".join(fmt_bytes(b) for b in result.memory.peak_bytes)
-    table.add_row("peak memory", f"{peaks} ({result.memory.method})")
+    peaks = ", ".join(fmt_bytes(b) for b in result.peak_memory_bytes)
+    table.add_row("peak memory", f"{peaks} ({result.memory_method})")
     table.add_row("versions", f"deepspeed {result.deepspeed_version}, torch {result.torch_version}")
     pred = result.prediction
     if pred is not None and pred.step_time_s is not None:
