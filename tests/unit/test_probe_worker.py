@@ -49,7 +49,8 @@ def test_sweep_result_shape(group) -> None:
     task = {"dtype": "fp32", "sizes": [4096, 8192], "warmup": 1, "samples": 2, "batch_s": 0.0}
     steps: list[str] = []
     result = sweep(task, group, torch.device("cpu"), steps.append)
-    assert steps == ["all_gather", "reduce_scatter", "all_reduce", "all_to_all"]
+    assert steps == [f"{op}{size}" for op in ("all_gather", "reduce_scatter", "all_reduce", "all_to_all")
+                     for size in ("", " 4096 B", " 8192 B")]  # fmt: skip
     assert result["reduce_scatter_impl"] == "reduce_scatter_single"  # gloo in torch 2.13 has it
     for rows in result["sweep"].values():
         assert [r["count"] for r in rows] == [1024, 2048]

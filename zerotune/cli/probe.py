@@ -97,8 +97,9 @@ def _run_with_progress(options: Any, run_probe: Any, err: Any) -> Any:
         bar = progress.add_task("probe: start-up", total=len(STEPS) - 1)
 
         def on_step(rank: int, step: str) -> None:
-            if rank == 0 and step in STEPS:
-                progress.update(bar, completed=STEPS.index(step), description=f"probe: {step}")
+            phase = step.split()[0]  # "all_gather 4096 B" -> all_gather
+            if rank == 0 and phase in STEPS:
+                progress.update(bar, completed=STEPS.index(phase), description=f"probe: {step}")
 
         return run_probe(
             options, notice=lambda m: progress.console.print(f"[yellow]note:[/] {m}"), on_step=on_step

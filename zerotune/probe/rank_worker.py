@@ -148,6 +148,7 @@ def sweep(task: dict[str, Any], group: Any, device: Any, step: Any) -> dict[str,
         _fault(task, rank, op)
         rows = []
         for size in task["sizes"]:
+            step(f"{op} {size} B")  # a hang names the size each rank reached
             count = element_count(size, coll.n, task["dtype"])
             run, refill, (out, expected) = coll.prepare(op, count)
             for _ in range(task["warmup"]):
