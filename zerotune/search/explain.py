@@ -18,10 +18,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from zerotune.dsconfig.emit import ZERO_KEYS
 from zerotune.search.objective import MEMORY_TOLERANCE
 from zerotune.search.rank import Evaluation, SearchResult
-from zerotune.search.space import Candidate, busbw_at, knobs_for
+from zerotune.search.space import Candidate, busbw_at
 from zerotune.units import DTYPE_BYTES, GiB, fmt_bytes, fmt_count
 
 BANDWIDTH_SHARE = 0.10
@@ -478,16 +477,3 @@ def _checkpointing_reason(result: SearchResult, best: Evaluation) -> str:
         return f"turning it off {_over(result, flipped)}{hint}"
     delta = flipped.step_time_s / best.step_time_s - 1
     return f"turning it {'off' if cand.checkpointing else 'on'} changes the step time by {_pct(delta)}{hint}"
-
-
-# Field -> emitted key, for callers that map candidate fields to reasons.
-FIELD_PATHS = {f: f"zero_optimization.{k}" for f, k in ZERO_KEYS.items()}
-__all__ = [
-    "Explanation",
-    "explain",
-    "binding_constraint",
-    "group_label",
-    "LADDER",
-    "FIELD_PATHS",
-    "knobs_for",
-]

@@ -86,11 +86,16 @@ def cheapest_node_count(
         return rows[-1][1], ()
     cost, _, best = min(priced, key=lambda r: (r[0], r[1]))
     parts = [
-        f"{n} node{'s' if n > 1 else ''}: " + (f"${c:,.0f}" if c is not None else "does not fit")
+        f"{n} node{'s' if n > 1 else ''}: " + (usd(c) if c is not None else "does not fit")
         for n, _, c in rows
     ]
     line = f"cost per 1B tokens by node count: {'; '.join(parts)} -> {best.workload.nodes} node(s)"
     return best, (line,)
+
+
+def usd(amount: float) -> str:
+    """$1,298 or $1.94: cents only where they matter."""
+    return f"${amount:,.2f}" if amount < 100 else f"${amount:,.0f}"
 
 
 def nothing_fits(result: SearchResult) -> InputError:

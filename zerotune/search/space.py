@@ -151,24 +151,6 @@ class Candidate:
 _FIELD_NAMES = tuple(f.name for f in fields(Candidate))
 _FIELD_INDEX = {name: i for i, name in enumerate(_FIELD_NAMES)}
 
-KNOBS_STAGE12 = ("reduce_bucket_size", "allgather_bucket_size", "overlap_comm", "contiguous_gradients")
-KNOBS_STAGE3 = (
-    "reduce_bucket_size",
-    "overlap_comm",
-    "contiguous_gradients",
-    "prefetch_bucket_size",
-    "param_persistence_threshold",
-    "max_live_parameters",
-    "max_reuse_distance",
-    "sub_group_size",
-)
-
-
-def knobs_for(stage: int) -> tuple[str, ...]:
-    """The zero_optimization knobs DeepSpeed reads at `stage` (DEEPSPEED_FACTS §1.2 "Stages")."""
-    return KNOBS_STAGE3 if stage == 3 else KNOBS_STAGE12 if stage in (1, 2) else ()
-
-
 # ---------------------------------------------------------------------------------------------
 # Evidence the grids are anchored on
 
