@@ -3,8 +3,9 @@
     .venv/bin/python scripts/bench_search.py [--repeat 3] [model:profile ...]
 
 Each pair is searched `--repeat` times in this process (the first run includes the per-model
-preparation the memory and step models cache); the table shows the first and the median of the
-rest. A benchmark script, not a test: timings depend on the host and its load.
+preparation the memory and step models cache); the table shows the first wall time and the
+median wall and CPU (process) time of the rest; us/candidate is CPU time per candidate. A
+benchmark script, not a test: wall times depend on the host and its load, CPU time less so.
 """
 
 from __future__ import annotations
@@ -59,14 +60,16 @@ def main() -> None:
     for pair in args.pairs:
         model_name, profile_name = pair.split(":")
         model, hardware = load_model(model_name), load_profile(profile_name)
-        times = []
+        times, cpu = [], []
         result = None
         for _ in range(max(1, args.repeat)):
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             result = search(model, hardware, SearchRequest())
             times.append(time.perf_counter() - t0)
+            cpu.append(time.process_time() - c0)
         s = result.stats
         rest = statistics.median(times[1:]) if len(times) > 1 else times[0]
+        rest_cpu = statistics.median(cpu[1:]) if len(cpu) > 1 else cpu[0]
         best = result.best
         choice = "nothing fits"
         if best is not None:
@@ -82,7 +85,8 @@ def main() -> None:
             f"{s.step_predictions:,}",
             f"{times[0]:.3f}",
             f"{rest:.3f}",
-            f"{rest / s.candidates * 1e6:.0f}",
+            f"{rest_cpu:.3f}",
+            f"{rest_cpu / s.candidates * 1e6:.0f}",
             choice,
         )
     Console(width=160).print(table)
