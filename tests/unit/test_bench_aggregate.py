@@ -36,6 +36,7 @@ def _rank0() -> dict:
     extra = {**step["comms"][0], "start_s": 0.82, "latency_s": 0.05}
     second = {**step, "comms": [*step["comms"], extra]}
     return {
+        "world": 2,
         "timers_s": [{"fwd": 0.1, "bwd": 0.2, "step": 0.3}, {"fwd": 0.3, "bwd": 0.4, "step": 0.5}],
         "logged_steps": [step, second],
         "step_times_s": [1.0, 2.0],
@@ -60,7 +61,10 @@ def test_collectives_are_grouped_and_counted_per_step() -> None:
     assert reduce.count == 1.5  # three calls over two logged steps
     assert reduce.mean_latency_s == pytest.approx((0.1 + 0.1 + 0.05) / 3)
     assert reduce.total_s == pytest.approx(0.125)
-    assert rows[("step", "all_gather_into_tensor", 800)].count == 1
+    gather = rows[("step", "all_gather_into_tensor", 800)]
+    assert gather.count == 1
+    # nccl-tests' S: an all-gather's logged message is one rank's shard of the array.
+    assert (gather.size_bytes, reduce.size_bytes) == (1600, 400)
 
 
 def test_buckets_timeline_phases_and_step_times() -> None:

@@ -31,8 +31,16 @@ def phases(rank0: dict[str, Any]) -> Phases:
     )
 
 
+def op_family(op: str) -> str:
+    """DeepSpeed's function name -> the collective: all_gather_into_tensor -> all_gather."""
+    for suffix in ("_into_tensor", "_tensor", "_base", "_coalesced"):
+        op = op.removesuffix(suffix)
+    return op
+
+
 def collectives(rank0: dict[str, Any]) -> list[Collective]:
     """Calls grouped by (phase, op, bytes), counted per optimizer step, in first-issue order."""
+    world = int(rank0.get("world", 1))
     steps = rank0["logged_steps"]
     groups: dict[tuple[str, str, int], list[float]] = defaultdict(list)
     for step in steps:
@@ -42,8 +50,17 @@ def collectives(rank0: dict[str, Any]) -> list[Collective]:
     for (phase, op, size), latencies in groups.items():
         mean = sum(latencies) / len(latencies)
         count = len(latencies) / max(1, len(steps))
+        whole = size * world if op_family(op) == "all_gather" else size
         out.append(
-            Collective(op=op, bytes=size, count=count, mean_latency_s=mean, total_s=count * mean, phase=phase)
+            Collective(
+                op=op,
+                bytes=size,
+                size_bytes=whole,
+                count=count,
+                mean_latency_s=mean,
+                total_s=count * mean,
+                phase=phase,
+            )
         )
     return out
 

@@ -47,11 +47,12 @@ class Phases(_Model):
 class Collective(_Model):
     """Calls of one op with one message size within one phase, per optimizer step (rank 0).
 
-    `bytes` is the message size DeepSpeed's comms logger reports (the input tensor; for
-    all_gather_into_tensor / reduce_scatter_tensor the size of one rank's shard)."""
+    `bytes` is the message size DeepSpeed's comms logger reports: the input tensor, so one rank's
+    shard for all_gather_into_tensor and the whole bucket for all_reduce / reduce_scatter_tensor."""
 
     op: str
     bytes: int
+    size_bytes: int = Field(description="nccl-tests' S: `bytes`, times the rank count for an all-gather")
     count: float = Field(description="calls per optimizer step (mean over the logged steps)")
     mean_latency_s: float
     total_s: float = Field(description="count x mean_latency_s: time per step spent in these calls")
@@ -105,9 +106,20 @@ class Parity(_Model):
     agree: bool
 
 
+class PredictedCall(_Model):
+    """One row of the step-time model's collectives (zerotune.model.step.CollectiveCall)."""
+
+    op: str
+    phase: str
+    size_bytes: int = Field(description="nccl-tests' S: the whole array of one call")
+    count: int
+    seconds: float = Field(description="one call")
+
+
 class Prediction(_Model):
     step_time_s: float | None = None
     phases: dict[str, float] = Field(default_factory=dict)
+    collectives: list[PredictedCall] = Field(default_factory=list)
     error_pct: float | None = Field(None, description="(predicted - measured) / measured x 100")
     note: str | None = None
 

@@ -24,7 +24,7 @@ import zerotune
 from zerotune.bench import aggregate
 from zerotune.bench.config import prepare
 from zerotune.bench.decoder import module_names
-from zerotune.bench.result import BenchResult, Parity, Prediction, Proxy, StageRun, median
+from zerotune.bench.result import BenchResult, Parity, PredictedCall, Prediction, Proxy, StageRun, median
 from zerotune.dsconfig.settings import resolve
 from zerotune.errors import InputError, MissingDependency
 from zerotune.schema.model import ModelSpec
@@ -263,6 +263,7 @@ def predict(result: BenchResult, hardware: Any) -> Prediction:
             workload=workload,
             zero=resolve(result.config).zero,
             hardware=hardware,
+            detail=True,
         )
     except Exception as exc:  # the model is another component: report, never fail the measurement
         return Prediction(note=f"step-time model failed: {type(exc).__name__}: {exc}")
@@ -274,7 +275,13 @@ def predict(result: BenchResult, hardware: Any) -> Prediction:
         if predicted and result.step_time_s
         else None
     )
-    return Prediction(step_time_s=predicted, phases=phases, error_pct=error)
+    calls = [
+        PredictedCall(
+            op=c.op, phase=c.phase, size_bytes=int(c.bytes), count=int(c.count), seconds=float(c.seconds)
+        )
+        for c in getattr(estimate, "collectives", ())
+    ]
+    return Prediction(step_time_s=predicted, phases=phases, collectives=calls, error_pct=error)
 
 
 def _seconds(estimate: Any, name: str) -> float | None:

@@ -144,9 +144,9 @@ def command(
         out.print(render.collectives_table(result))
         out.print(render.layers_table(result))
         out.print(render.timeline(result), markup=False, highlight=False)
-        table = render.parity_table(result)
-        if table is not None:
-            out.print(table)
+        for table in (render.prediction_table(result), render.parity_table(result)):
+            if table is not None:
+                out.print(table)
     if result.parity is not None and not result.parity.agree:
         err.print(
             f"losses differ across ZeRO stages: max relative difference {result.parity.max_rel_diff:.2e} "

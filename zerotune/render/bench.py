@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from rich.table import Table
 
+from zerotune.bench.aggregate import op_family
 from zerotune.bench.result import BenchResult
 from zerotune.units import fmt_bytes, fmt_count, fmt_seconds
 
 _PHASE_CHAR = {"forward": "F", "backward": "B", "step": "S"}
+_PHASES = tuple(_PHASE_CHAR)
 _BUCKET_CHARS = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 
@@ -82,6 +84,47 @@ def layers_table(result: BenchResult) -> Table:
     table.add_column("backward", justify="right")
     for layer in result.layers:
         table.add_row(layer.name, fmt_seconds(layer.forward_s), fmt_seconds(layer.backward_s))
+    return table
+
+
+def _phase_order(key: tuple[str, str]) -> tuple[int, str]:
+    phase, op = key
+    return (_PHASES.index(phase) if phase in _PHASES else len(_PHASES), op)
+
+
+def prediction_table(result: BenchResult) -> Table | None:
+    """Step-time model vs measurement for the same proxy: the step, then the collectives per
+    (phase, op) with nccl-tests' array size S, so bucket counts and volumes compare directly.
+    Measured collective times come from the logged pass (each call synchronised)."""
+    pred = result.prediction
+    if pred is None or pred.step_time_s is None:
+        return None
+    table = Table(title="predicted vs measured (per optimizer step)", title_justify="left")
+    for name in ("what", "measured", "predicted", "error"):
+        table.add_column(name, justify="left" if name == "what" else "right", no_wrap=name == "what")
+    err = f"{pred.error_pct:+.1f}%" if pred.error_pct is not None else "n/a"
+    table.add_row("step time", fmt_seconds(result.step_time_s), fmt_seconds(pred.step_time_s), err)
+    measured: dict[tuple[str, str], list[float]] = {}
+    for c in result.collectives:
+        row = measured.setdefault((c.phase or "", op_family(c.op)), [0.0, 0.0, 0.0])
+        row[0] += c.count
+        row[1] += c.size_bytes * c.count
+        row[2] += c.total_s
+    predicted: dict[tuple[str, str], list[float]] = {}
+    for p in pred.collectives:
+        row = predicted.setdefault((p.phase, op_family(p.op)), [0.0, 0.0, 0.0])
+        row[0] += p.count
+        row[1] += p.size_bytes * p.count
+        row[2] += p.seconds * p.count
+    for key in sorted(set(measured) | set(predicted), key=_phase_order):
+        m, p = measured.get(key), predicted.get(key)
+        label = f"{key[0]} {key[1]}"
+        table.add_row(f"{label}: calls", f"{m[0]:g}" if m else "-", f"{p[0]:g}" if p else "-", "")
+        table.add_row(f"{label}: bytes (S)", fmt_bytes(m[1]) if m else "-", fmt_bytes(p[1]) if p else "-", "")
+        error = f"{(p[2] - m[2]) / m[2] * 100:+.1f}%" if m and p and m[2] > 0 else ""
+        table.add_row(
+            f"{label}: time", fmt_seconds(m[2]) if m else "-", fmt_seconds(p[2]) if p else "-", error
+        )
     return table
 
 
