@@ -5,6 +5,9 @@ Searches are cached per (model, profile, request) for the module: each takes ~0.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from functools import cache
 
 import pytest
@@ -201,3 +204,24 @@ def test_emitted_config_resolves_to_the_searched_settings(stage: int, opt: str, 
         assert resolved.zero.offload_param.device == par
     assert resolved.precision == "bf16"
     assert (resolved.micro_batch, resolved.grad_accum, resolved.train_batch_size) == (2, 64, 2 * 64 * 8)
+
+
+@pytest.mark.slow
+def test_search_is_deterministic_across_processes() -> None:
+    """Same answer under different hash seeds (no set or dict order leaks into the ranking)."""
+    code = (
+        "from zerotune.catalog.hardware import load_profile\n"
+        "from zerotune.catalog.models import load_model\n"
+        "from zerotune.search.rank import search\n"
+        "r = search(load_model('llama-13b'), load_profile('8xl40s-pcie'))\n"
+        "print([e.candidate for e in r.ranked[:10]], r.stats.candidates, r.stats.pruned)\n"
+    )
+    outs = set()
+    for seed in ("1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        done = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
+        )
+        assert done.returncode == 0, done.stderr
+        outs.add(done.stdout)
+    assert len(outs) == 1
