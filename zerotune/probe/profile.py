@@ -144,7 +144,7 @@ def build_profile(
         gpu=gpu,
         host=host_spec,
         intra_node=_link(intra, gpus, source),
-        inter_node=_link(inter, None, source) if inter else None,
+        inter_node=_link(inter, None, source, between_nodes=True) if inter else None,
         compute=compute_spec,
         devices=list(gpus.devices) if gpus else [],
         topology=gpus.topology if gpus else None,
@@ -154,11 +154,14 @@ def build_profile(
     )
 
 
-def _link(sweep: LinkSweep, gpus: GpuReport | None, source: str) -> LinkClass:
-    if sweep.backend == "gloo":
-        kind = "loopback-gloo" if gpus is None else "tcp-gloo"
+def _link(sweep: LinkSweep, gpus: GpuReport | None, source: str, between_nodes: bool = False) -> LinkClass:
+    """Between nodes the fabric (InfiniBand, RoCE, Ethernet) is not visible to NVML: "network"."""
+    if between_nodes:
+        kind = "tcp-gloo" if sweep.backend == "gloo" else "network"
+    elif sweep.backend == "gloo":
+        kind = "loopback-gloo"
     else:
-        kind = gpus.link_kind if gpus else "network"
+        kind = gpus.link_kind if gpus else "pcie"
     where = f"{source}; {sweep.ranks} {sweep.backend} ranks"
     perf = {op: collective_perf(op, sweep.ranks, rows, where) for op, rows in sweep.rows.items() if rows}
     if sweep.reduce_scatter_impl != "reduce_scatter_single" and "reduce_scatter" in perf:
