@@ -19,10 +19,12 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 
 from zerotune.errors import InputError, MissingDependency
+from zerotune.hw import disk as disk_test
 from zerotune.hw.host import read_host
 from zerotune.hw.nvml import GpuReport, NvmlUnavailable, read_gpus
 from zerotune.probe.profile import ProbeOutcome, build_profile, merge_sweep
-from zerotune.probe.runner import ProbeOptions, _load_model, build_task, catalog_gpu, plan
+from zerotune.probe.runner import ProbeOptions, build_task, catalog_gpu, model_for, plan
+from zerotune.units import MiB
 
 _TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
@@ -69,7 +71,7 @@ def run_distributed(
         host = read_host()
         threads = max(1, (host.cpu_cores or 1) // local_world)
         task = build_task(
-            p, options, _load_model(options.model), host.cpu_cores or 1, min(60.0, options.timeout_s)
+            p, options, model_for(options.model), host.cpu_cores or 1, min(60.0, options.timeout_s)
         )
         task["threads_per_rank"] = threads
         from zerotune.probe import rank_worker  # torch from here on
@@ -79,9 +81,14 @@ def run_distributed(
         timer.cancel()
     if gathered is None:
         return None
+    disk = None
+    if options.nvme_path:  # rank 0's host only
+        disk = disk_test.measure(options.nvme_path, max_bytes=(256 if options.quick else 1024) * MiB)
     ranks = gathered["ranks"]
     lw, nodes = gathered["local_world"], gathered["nodes"]
     notes = [f"measured under torchrun: {nodes} node(s) x {lw} ranks; intra-node numbers from node 0"]
+    if disk:
+        notes.append(f"disk test in {disk.path} on rank 0's host: {disk.method}")
     inter = None
     if nodes > 1:
         inter = merge_sweep([{**ranks[k * lw]["inter"], "backend": p.backend} for k in range(nodes)], p.dtype)
@@ -101,7 +108,8 @@ def run_distributed(
         compute=ranks[0].get("compute"),
         overlap=ranks[0].get("overlap"),
         gpus=gpus,
+        disk=disk,
         notes=notes,
         datasheet=catalog_gpu(gpus.devices[0].name) if gpus else None,
     )
-    return ProbeOutcome(profile=profile, intra=intra, inter=inter, gpus=gpus, notes=notes)
+    return ProbeOutcome(profile=profile, intra=intra, inter=inter, gpus=gpus, disk=disk, notes=notes)

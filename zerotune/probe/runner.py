@@ -113,7 +113,8 @@ def build_task(p: Plan, options: ProbeOptions, model: Any, cores: int, op_timeou
     return task
 
 
-def _load_model(ref: str | None) -> Any:
+def model_for(ref: str | None) -> Any:
+    """The ModelSpec whose block shapes the compute benchmark uses (None: the default shape)."""
     if ref is None:
         return None
     from zerotune.catalog.models import load_model
@@ -147,7 +148,7 @@ def run_probe(
         raise InputError(f"--nproc must be at least 1, got {options.nproc}")
     if importlib.util.find_spec("torch") is None:
         raise MissingDependency("torch", "probe")
-    model = _load_model(options.model)
+    model = model_for(options.model)
     notes: list[str] = []
     try:
         gpus: GpuReport | None = read_gpus()
