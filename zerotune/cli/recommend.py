@@ -76,7 +76,10 @@ def command(
         typer.Option(help="Target tokens per optimizer step (default 2^21 = 2,097,152; 1-4M is typical)."),
     ] = 2**21,
     objective: Annotated[
-        str, typer.Option(help="throughput, memory (least memory within 5% of the best) or cost.")
+        str,
+        typer.Option(
+            help="throughput, memory (least memory within 5% of the best) or cost ($ per 1B tokens; on a multi-node profile every node count is tried unless --nodes is given)."
+        ),
     ] = "throughput",
     hourly_rate: Annotated[
         float | None,
