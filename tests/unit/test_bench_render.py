@@ -61,3 +61,16 @@ def test_timeline_has_two_equal_lanes_and_one_legend_line_per_call(result: Bench
 
 def test_parity_table_only_with_compare_stages(result: BenchResult) -> None:
     assert render.parity_table(result) is None
+
+
+def test_prediction_table_puts_model_and_measurement_side_by_side(result: BenchResult) -> None:
+    assert result.prediction is not None and result.prediction.collectives
+    text = _text(render.prediction_table(result))
+    assert "step time" in text and f"{result.prediction.error_pct:+.1f}%" in text
+    # The stage-2 gradient reductions: the same calls and bytes measured and predicted.
+    row = next(line for line in text.splitlines() if "backward all_reduce: calls" in line)
+    measured = sum(c.count for c in result.collectives if c.phase == "backward")
+    predicted = sum(p.count for p in result.prediction.collectives if p.phase == "backward")
+    assert row.split("│")[2].strip() == f"{measured:g}" and row.split("│")[3].strip() == f"{predicted:g}"
+    no_model = result.model_copy(update={"prediction": None})
+    assert render.prediction_table(no_model) is None
