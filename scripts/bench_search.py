@@ -53,6 +53,7 @@ def main() -> None:
         "step calls",
         "first s",
         "median s",
+        "median cpu s",
         "us/candidate",
         "choice",
     ):
