@@ -317,6 +317,18 @@ def report(runs: list[dict[str, Any]], probe: HardwareProfile) -> dict[str, Any]
         print(
             f"{title:<28} MAPE {s['mape_pct']:5.1f}%   Spearman {s['spearman']:+.3f}   regret {s['regret_pct']:4.1f}%"
         )
+    spreads = sorted(
+        (max(r["step_time_s"] for r in g) - min(r["step_time_s"] for r in g))
+        / min(r["step_time_s"] for r in g)
+        for g in groups.values()
+        if len(g) > 1
+    )
+    if spreads:
+        out["repeat_spread_pct"] = {"median": _median(spreads) * 100, "max": spreads[-1] * 100}
+        print(
+            f"# noise: run-to-run spread of the same config (max-min)/min: median {_median(spreads):.0%}, "
+            f"max {spreads[-1]:.0%}"
+        )
     base = probe.compute.achieved_flops.get("fp32")
     print(
         f"# fitted: fp32 {fitted['achieved_flops_fp32'] / 1e9:.1f} GFLOP/s (probe {base / 1e9 if base else float('nan'):.1f}); "

@@ -595,7 +595,7 @@ def _optimizer(s: _Setup, tl: _Timeline) -> tuple[float, float]:
             "all_gather",
             nbytes,
             s.cost.seconds("all_gather", nbytes),
-            f"all_gather updated partitions ({fmt_bytes(nbytes)})",
+            f"all_gather updated partitions ({fmt_bytes(nbytes)})" if tl.detail else "",
             "step",
             concurrent=False,
         )
@@ -626,7 +626,8 @@ def _compute_times(prep: _Prepared, workload: Workload, hardware: HardwareProfil
         f = layer.flops.forward_flops(tokens, workload.seq_len) / flops_per_s
         fwd.append(f)
         bwd.append(2 * f + (f if workload.activation_checkpointing and layer.is_block else 0.0))
-    value = (tuple(fwd), tuple(bwd), sum(fwd), sum(bwd), source)
+    model_flops_per_token = sum(3 * layer.flops.forward_flops(1, workload.seq_len) for layer in prep.layers)
+    value = (tuple(fwd), tuple(bwd), sum(fwd), sum(bwd), source, model_flops_per_token)
     if len(_TIMES) > 4096:
         _TIMES.clear()
     _TIMES[key] = (hardware, value)
@@ -657,7 +658,9 @@ def predict_step(
     prep = _prepare(model)
     notes: list[str] = []
     n, nodes = workload.world_size, workload.nodes
-    fwd_s, bwd_s, fwd_total, bwd_total, flops_source = _compute_times(prep, workload, hardware)
+    fwd_s, bwd_s, fwd_total, bwd_total, flops_source, model_flops_per_token = _compute_times(
+        prep, workload, hardware
+    )
     streams = hardware.has_gpus
     stage = zero.stage
     cost = _comm_cost(hardware, n, nodes)
@@ -729,9 +732,6 @@ def predict_step(
     peak = peak_flops(hardware, workload.precision)
     mfu = None
     if peak:
-        model_flops_per_token = sum(
-            3 * layer.flops.forward_flops(1, workload.seq_len) for layer in prep.layers
-        )
         mfu = tokens_per_s * model_flops_per_token / (peak * n)
     shares = {"compute": compute, "communication": exposed, "optimizer": opt, "offload": transfer}
     bottleneck = max(shares, key=lambda k: shares[k])
