@@ -116,5 +116,15 @@ def test_recommended_configs_parse(ds_config, model: str, profile: str) -> None:
         assert zero.gather_16bit_weights_on_model_save is True
     # --hf: HF Trainer fills the "auto" keys from TrainingArguments, then DeepSpeed parses it
     filled = fill_auto(rec.config, rec.hf_values)
-    assert filled == rec.concrete
-    ds_config(filled, world)
+    hf_parsed = ds_config(filled, world)
+    assert hf_parsed.zero_config.reduce_bucket_size == rec.result.model.hidden_size**2
+    assert hf_parsed.train_batch_size == parsed.train_batch_size
+    kept = recommend(
+        load_model(model),
+        load_profile(profile),
+        SearchRequest(),
+        hf=True,
+        hf_keep_tuned=True,
+        result=rec.result,
+    )
+    assert fill_auto(kept.config, kept.hf_values) == rec.concrete

@@ -9,6 +9,7 @@ import yaml
 from zerotune.catalog.models import load_model
 from zerotune.dsconfig.emit import (
     HF_AUTO_PATHS,
+    HF_HIDDEN_SIZE_PATHS,
     NVME_PATH_PLACEHOLDER,
     accelerate_yaml,
     emit_config,
@@ -94,12 +95,20 @@ def test_hf_auto_marks_managed_keys_and_fill_restores_them() -> None:
     config = emit_config(STAGE3, world_size=8)
     auto = hf_auto(config)
     autos = [p for p in leaf_paths(auto) if get_path(auto, p) == "auto"]
-    assert set(autos) == {p for p in HF_AUTO_PATHS if has_path(config, p)}
-    assert "bf16.enabled" in autos and "train_batch_size" in autos and "optimizer.params.lr" in autos
-    # hardware-tuned bucket sizes stay concrete (HF's fill_only never overrides a value)
-    assert auto["zero_optimization"]["reduce_bucket_size"] == 200_000_000
+    assert set(autos) == {p for p in HF_AUTO_PATHS + HF_HIDDEN_SIZE_PATHS if has_path(config, p)}
+    assert {"bf16.enabled", "train_batch_size", "optimizer.params.lr"} <= set(autos)
+    assert set(HF_HIDDEN_SIZE_PATHS) <= set(autos)  # stage 3: all three hidden-size keys
     values = {p: get_path(config, p) for p in autos}
     assert fill_auto(auto, values) == config
+    # --hf-keep-tuned: hardware-tuned sizes stay concrete (HF's fill_only never overrides a value)
+    kept = hf_auto(config, keep_tuned=True)
+    assert kept["zero_optimization"]["reduce_bucket_size"] == 200_000_000
+    assert kept["zero_optimization"]["stage3_prefetch_bucket_size"] == 100_000_000
+    assert kept["train_batch_size"] == "auto"
+    # stage 1/2: only reduce_bucket_size is HF-filled (the stage-3 keys are not emitted)
+    stage2 = hf_auto(emit_config(STAGE2, world_size=8))
+    assert stage2["zero_optimization"]["reduce_bucket_size"] == "auto"
+    assert stage2["zero_optimization"]["allgather_bucket_size"] == 100_000_000
 
 
 def test_reasons_markdown_has_a_row_per_key() -> None:

@@ -13,7 +13,7 @@ import yaml
 
 from zerotune.catalog.hardware import dump_profile, load_profile
 from zerotune.catalog.models import load_model
-from zerotune.dsconfig.emit import HF_AUTO_PATHS, get_path, has_path, leaf_paths
+from zerotune.dsconfig.emit import HF_AUTO_PATHS, HF_HIDDEN_SIZE_PATHS, get_path, has_path, leaf_paths
 from zerotune.schema.hardware import CollectivePerf, ComputeSpec, HardwareProfile, HostSpec, LinkClass
 from zerotune.search import measure
 from zerotune.search.rank import SearchRequest
@@ -82,7 +82,8 @@ def test_hf_keeps_auto_keys_and_accelerate_yaml_points_at_the_json(cli, tmp_path
     assert done.code == 0, done.stderr
     config = json.loads(out.read_text())
     autos = {p for p in leaf_paths(config) if get_path(config, p) == "auto"}
-    assert autos == {p for p in HF_AUTO_PATHS if has_path(config, p)}
+    assert autos == {p for p in HF_AUTO_PATHS + HF_HIDDEN_SIZE_PATHS if has_path(config, p)}
+    assert "zero_optimization.reduce_bucket_size" in autos
     assert {
         "train_batch_size",
         "train_micro_batch_size_per_gpu",
@@ -168,6 +169,7 @@ def test_cpu_profile_uses_fp32_and_the_given_ranks(cli, tmp_path) -> None:
         (("--model", "lama-7b"), "unknown model"),
         (("--model", "gpt2", "--profile", "8xl40s-pcie", "--objective", "cost"), "hourly"),
         (("--model", "gpt2", "--top", "0"), "--top"),
+        (("--model", "gpt2", "--hf-keep-tuned"), "only applies with --hf"),
         (("--model", "gpt2", "--profile", "dgx-h100", "--gpus", "16"), "GPUs per node"),
         (("--model", "llama3.1-405b", "--profile", "4xrtx4090"), "no configuration of llama3.1-405b fits"),
     ],
@@ -237,3 +239,20 @@ def test_cost_objective_compares_node_counts() -> None:
     ]
     assert result.cost(result.best) == pytest.approx(min(costs), abs=0.01)
     assert line.endswith(f"-> {result.workload.nodes} node(s)")
+
+
+def test_hf_keep_tuned_keeps_the_tuned_sizes() -> None:
+    rec = recommend(
+        load_model("llama-13b"), load_profile("dgx-a100-80g"), SearchRequest(), hf=True, hf_keep_tuned=True
+    )
+    zero = rec.config["zero_optimization"]
+    assert rec.best.candidate.stage == 3
+    assert zero["reduce_bucket_size"] == rec.best.candidate.reduce_bucket_size
+    assert zero["stage3_prefetch_bucket_size"] == rec.best.candidate.prefetch_bucket_size
+    assert rec.config["train_micro_batch_size_per_gpu"] == "auto"
+    literal = recommend(
+        load_model("llama-13b"), load_profile("dgx-a100-80g"), SearchRequest(), hf=True, result=rec.result
+    )
+    assert literal.config["zero_optimization"]["stage3_param_persistence_threshold"] == "auto"
+    assert literal.hf_values["zero_optimization.stage3_param_persistence_threshold"] == 10 * 5120
+    assert any(line.startswith("--hf: with HF's hidden-size values") for line in literal.explanation.summary)

@@ -96,6 +96,13 @@ def command(
         ),
     ] = False,
     hf: Annotated[bool, typer.Option("--hf", help='Leave HF Trainer-managed keys as "auto".')] = False,
+    hf_keep_tuned: Annotated[
+        bool,
+        typer.Option(
+            "--hf-keep-tuned",
+            help="With --hf: keep the tuned bucket/prefetch/persistence values instead of HF's hidden-size formulas.",
+        ),
+    ] = False,
     accelerate_config: Annotated[
         Path | None, typer.Option(help="Also write an accelerate YAML that points at OUT.")
     ] = None,
@@ -123,6 +130,8 @@ def command(
         raise InputError(
             "--accelerate-config needs --out (the YAML points at the JSON)", hint="add --out ds.json"
         )
+    if hf_keep_tuned and not hf:
+        raise InputError("--hf-keep-tuned only applies with --hf", hint="add --hf")
     if hjson and out is None:
         raise InputError("--hjson needs --out", hint="add --out ds.json")
     targets = _targets(out, hjson, accelerate_config, force)
@@ -142,7 +151,15 @@ def command(
     for line in notices:
         err.print(f"[dim]{line}[/dim]")
     with err.status(f"searching configurations of {spec.name} on {hardware.name}", spinner="dots"):
-        rec = recommend(spec, hardware, request, top_k=max(top, measure), hf=hf, vary_nodes=nodes is None)
+        rec = recommend(
+            spec,
+            hardware,
+            request,
+            top_k=max(top, measure),
+            hf=hf,
+            vary_nodes=nodes is None,
+            hf_keep_tuned=hf_keep_tuned,
+        )
     measured = None
     if measure:
         from zerotune.search.measure import measure_top

@@ -160,16 +160,25 @@ def leaf_paths(config: Mapping[str, Any], prefix: str = "") -> list[str]:
     return out
 
 
-def hf_auto(config: dict[str, Any]) -> dict[str, Any]:
-    """A copy of `config` with the keys HF Trainer manages set to "auto" (HF_AUTO_PATHS).
+HF_HIDDEN_SIZE_PATHS: tuple[str, ...] = (
+    "zero_optimization.reduce_bucket_size",
+    "zero_optimization.stage3_prefetch_bucket_size",
+    "zero_optimization.stage3_param_persistence_threshold",
+)
+"""Keys HF fills from the hidden size when they are "auto" (dsconfig/hf_auto.py); the two stage-3
+keys only at stage 3, which is also the only stage where zero_section() emits them."""
 
-    The three hidden-size keys (reduce_bucket_size h², stage3_prefetch_bucket_size 0.9h²,
-    stage3_param_persistence_threshold 10h) stay concrete: HF fills them only when they are
-    "auto" and never checks a concrete value (fill_only), and "auto" would replace the values
-    tuned for this hardware by HF's hardware-blind formulas (hf_auto.py shows the difference).
+
+def hf_auto(config: dict[str, Any], *, keep_tuned: bool = False) -> dict[str, Any]:
+    """A copy of `config` with the keys HF Trainer manages set to "auto": HF_AUTO_PATHS and the
+    hidden-size keys HF_HIDDEN_SIZE_PATHS where the config has them.
+
+    With `keep_tuned` the hidden-size keys stay concrete: HF fills them only when they are "auto"
+    and never checks a concrete value (fill_only), so the hardware-tuned values survive.
     """
     out = json.loads(json.dumps(config))
-    for path in HF_AUTO_PATHS:
+    paths = HF_AUTO_PATHS if keep_tuned else HF_AUTO_PATHS + HF_HIDDEN_SIZE_PATHS
+    for path in paths:
         if has_path(out, path):
             set_path(out, path, "auto")
     return out

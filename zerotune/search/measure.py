@@ -75,6 +75,7 @@ def measure_top(
         result.request,
         top_k=len(rec.top),
         hf=rec.hf,
+        hf_keep_tuned=rec.hf_keep_tuned,
         result=result,
         choice=choice,
     )

@@ -9,7 +9,14 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from zerotune.dsconfig.emit import HF_AUTO_PATHS, emit_config, get_path, has_path, hf_auto
+from zerotune.dsconfig.emit import (
+    HF_AUTO_PATHS,
+    HF_HIDDEN_SIZE_PATHS,
+    emit_config,
+    get_path,
+    has_path,
+    hf_auto,
+)
 from zerotune.dsconfig.hf_auto import BASELINES, hf_hidden_size_values
 from zerotune.errors import InputError
 from zerotune.schema.hardware import HardwareProfile
@@ -58,11 +65,18 @@ class Recommendation:
     top: tuple[Evaluation, ...]
     baselines: tuple[Baseline, ...]
     hf: bool
+    hf_keep_tuned: bool = False
 
     @property
     def hf_values(self) -> dict[str, Any]:
-        """What HF Trainer would put into the "auto" keys for this recommendation's arguments."""
-        return {p: get_path(self.concrete, p) for p in HF_AUTO_PATHS if has_path(self.concrete, p)}
+        """What HF Trainer puts into the "auto" keys: the TrainingArguments matching this
+        recommendation, and its hidden-size formulas for the hidden-size keys."""
+        values = {p: get_path(self.concrete, p) for p in HF_AUTO_PATHS if has_path(self.concrete, p)}
+        h = hf_hidden_size_values(self.result.model)
+        for path in HF_HIDDEN_SIZE_PATHS:
+            if has_path(self.concrete, path):
+                values[path] = h[path.rsplit(".", 1)[1]]
+        return values
 
 
 def cheapest_node_count(
@@ -142,6 +156,7 @@ def recommend(
     result: SearchResult | None = None,
     choice: Evaluation | None = None,
     vary_nodes: bool = False,
+    hf_keep_tuned: bool = False,
 ) -> Recommendation:
     """Search and explain (InputError when nothing fits). `result`/`choice` let a caller
     (--measure) re-explain a different candidate of an existing search. With `vary_nodes` and
@@ -168,7 +183,7 @@ def recommend(
     reasons = dict(explanation.reasons)
     config = concrete
     if hf:
-        config = hf_auto(concrete)
+        config = hf_auto(concrete, keep_tuned=hf_keep_tuned)
         h = hf_hidden_size_values(model)
         for path in HF_AUTO_PATHS:
             if has_path(config, path):
@@ -176,9 +191,37 @@ def recommend(
                     f'"auto": HF Trainer fills it from {HF_ARGS[path]} and checks it; '
                     f"zerotune predicted with {get_path(concrete, path)}. " + reasons.get(path, "")
                 ).strip()
-        if "zero_optimization.reduce_bucket_size" in reasons:
-            reasons["zero_optimization.reduce_bucket_size"] += (
-                f'; kept concrete under --hf: "auto" would give HF\'s h^2 = {h["reduce_bucket_size"]:,}'
+        hidden = [p for p in HF_HIDDEN_SIZE_PATHS if has_path(concrete, p)]
+        if hidden and not hf_keep_tuned:
+            key = {p: p.rsplit(".", 1)[1] for p in hidden}
+            for path in hidden:
+                reasons[path] = (
+                    f'"auto": HF fills {h[key[path]]:,} from the hidden size ({model.hidden_size}); zerotune\'s '
+                    f"hardware-tuned value is {get_path(concrete, path):,} (--hf-keep-tuned writes it). "
+                    + reasons.get(path, "")
+                )
+            filled = best.candidate.with_(
+                reduce_bucket_size=h["reduce_bucket_size"],
+                **(
+                    {
+                        "prefetch_bucket_size": h["stage3_prefetch_bucket_size"],
+                        "param_persistence_threshold": h["stage3_param_persistence_threshold"],
+                    }
+                    if best.candidate.stage == 3
+                    else {}
+                ),
+            )
+            ev = result.evaluate.unconstrained(filled)
+            verdict = (
+                f"{ev.tokens_per_s:,.0f} tokens/s ({ev.tokens_per_s / best.tokens_per_s - 1:+.1%}), "
+                f"{ev.per_gpu_bytes / GiB:.1f} GiB per GPU" + ("" if ev.fits else ", does NOT fit")
+            )
+            explanation = replace(
+                explanation,
+                summary=explanation.summary
+                + (
+                    f"--hf: with HF's hidden-size values for {', '.join(key.values())} the config predicts {verdict}",
+                ),
             )
     from zerotune.model.step import predict_step
 
@@ -203,6 +246,7 @@ def recommend(
         top=top_alternatives(result, top_k),
         baselines=tuple(baselines),
         hf=hf,
+        hf_keep_tuned=hf_keep_tuned,
     )
 
 
