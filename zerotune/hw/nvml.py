@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from zerotune.hw.nvml_replay import MAX_LINKS
@@ -59,12 +59,13 @@ class GpuReport:
     cuda_driver_version: str | None
     p2p: bool | None
     """Every GPU pair can read each other's memory directly (None: NVML could not say)."""
-    notes: list[str] = field(default_factory=list)
 
     @property
     def nvlink_generation(self) -> int | None:
-        versions = {link.version for d in self.devices for link in d.nvlinks if link.version}
-        return max((NVLINK_VERSIONS.get(v, (None, None))[0] or 0 for v in versions), default=None) or None
+        """Highest NVLink generation among active links (None: no NVLink, or an unknown enum)."""
+        gens = [NVLINK_VERSIONS[link.version][0] for d in self.devices for link in d.nvlinks
+                if link.version in NVLINK_VERSIONS]  # fmt: skip
+        return max(gens) if gens else None
 
     @property
     def link_kind(self) -> str:
