@@ -94,7 +94,7 @@ def hardware_profile(path: str | None) -> HardwareProfile:
     return run_probe(ProbeOptions(nproc=2, quick=True, model="llama-7b")).profile
 
 
-def measure(grid: list[tuple[int, int, bool]], repeats: int) -> list[dict[str, Any]]:
+def measure(grid: list[tuple[int, int, bool]], repeats: int, steps: int = 3) -> list[dict[str, Any]]:
     """Run every config `repeats` times (alternating the order, so slow spells of this shared host
     do not always hit the same configs); each run's step_time_s is the median of its unlogged steps."""
     from zerotune.bench.run import run_bench
@@ -112,7 +112,7 @@ def measure(grid: list[tuple[int, int, bool]], repeats: int) -> list[dict[str, A
             nproc=2,
             device="cpu",
             warmup=1,
-            steps=3,
+            steps=steps,
             logged_steps=1,
         )
         run = json.loads(result.model_dump_json())
@@ -357,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
         runs, probe = data["runs"], HardwareProfile.model_validate(data["profile"])
     else:
         probe = hardware_profile(args.profile)
-        runs = measure(GRIDS[args.grid], args.repeats)
+        runs = measure(GRIDS[args.grid], args.repeats, steps=1 if args.grid == "smoke" else 3)
         if args.save:
             Path(args.save).write_text(json.dumps({"profile": probe.model_dump(mode="json"), "runs": runs}))
     metrics = report(runs, probe)
