@@ -74,6 +74,12 @@ def test_gpu_profile_from_the_dgx_replay() -> None:
     # cited peaks come from the catalog's entry for the same NVML name; measured facts from NVML
     assert datasheet is not None and profile.gpu.peak_bf16_flops == datasheet.peak_bf16_flops > 9e14
     assert profile.gpu.memory_bytes == gpus.devices[0].memory_total_bytes
+    with_block = build_profile(
+        name="probe-dgx", date="2026-11-22", dtype="bf16", host=HOST, intra=intra, overlap=None, gpus=gpus,
+        compute={"shape": "s", "block": {"dtype": "bf16", "flops": 0.5 * datasheet.peak_bf16_flops}},
+        datasheet=datasheet,
+    )  # fmt: skip
+    assert with_block.compute.mfu_assumption == pytest.approx(0.5)
     assert profile.gpus_per_node == 8 and profile.gpu.name == "NVIDIA H100 80GB HBM3"
     assert profile.gpu.bf16_supported is True and profile.gpu.compute_capability == "9.0"
     assert profile.intra_node.kind == "nvlink4" and profile.intra_node.backend == "nccl"

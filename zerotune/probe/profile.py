@@ -124,8 +124,11 @@ def build_profile(
         source=source,
     )
     block = (compute or {}).get("block")
+    peak = gpu.peak_flops(block["dtype"]) if gpu and block else None
     compute_spec = ComputeSpec(
         achieved_flops={block["dtype"]: block["flops"]} if block else {},
+        # the measured fraction of the datasheet peak stands in for the dtypes not measured
+        mfu_assumption=block["flops"] / peak if peak and block else None,
         overlap_slowdown=max(1.0, overlap["slowdown"]) if overlap else None,
         measured_shape=(compute or {}).get("shape"),
         source=source,
