@@ -25,6 +25,11 @@ offload) and, for stage 1/2, the all-gather of the updated partitions.
 
 The search calls `predict_step` for thousands of candidates: per-model data is prepared once and
 cached, and `detail=False` skips events and per-call records.
+
+Not modelled (stated so predictions are read right): DeepSpeed's per-module Python overhead (stage-3
+hooks, fetch bookkeeping; large on a slow or busy host), rank skew at synchronous collectives,
+allocator work, tensor/pipeline/expert parallelism (data parallelism only), and
+`use_multi_rank_bucket_allreduce: false` (not in ZeroSettings; its default True is assumed).
 """
 
 from __future__ import annotations
