@@ -66,8 +66,12 @@ def _gib(n: float) -> str:
     return f"{n / GiB:.1f} GiB"
 
 
-def _pct(x: float) -> str:
+def signed_pct(x: float) -> str:
+    """+1.2% / -0.4% / ±0.0% (a relative change)."""
     return "±0.0%" if abs(x) < 0.0005 else f"{x * 100:+.1f}%"
+
+
+_pct = signed_pct
 
 
 def _ordinal(k: int) -> str:

@@ -21,7 +21,7 @@ from zerotune.dsconfig.hf_auto import BASELINES, hf_hidden_size_values
 from zerotune.errors import InputError
 from zerotune.schema.hardware import HardwareProfile
 from zerotune.schema.model import ModelSpec
-from zerotune.search.explain import Explanation, explain, group_label
+from zerotune.search.explain import Explanation, explain, group_label, signed_pct
 from zerotune.search.rank import Evaluation, SearchRequest, SearchResult, search
 from zerotune.search.space import workload_for
 from zerotune.units import GiB
@@ -213,7 +213,7 @@ def recommend(
             )
             ev = result.evaluate.unconstrained(filled)
             verdict = (
-                f"{ev.tokens_per_s:,.0f} tokens/s ({ev.tokens_per_s / best.tokens_per_s - 1:+.1%}), "
+                f"{ev.tokens_per_s:,.0f} tokens/s ({signed_pct(ev.tokens_per_s / best.tokens_per_s - 1)}), "
                 f"{ev.per_gpu_bytes / GiB:.1f} GiB per GPU" + ("" if ev.fits else ", does NOT fit")
             )
             explanation = replace(
