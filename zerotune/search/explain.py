@@ -71,9 +71,6 @@ def signed_pct(x: float) -> str:
     return "±0.0%" if abs(x) < 0.0005 else f"{x * 100:+.1f}%"
 
 
-_pct = signed_pct
-
-
 def _ordinal(k: int) -> str:
     suffix = "th" if 10 <= k % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(k % 10, "th")
     return f"{k}{suffix}"
@@ -128,7 +125,7 @@ def binding_constraint(result: SearchResult, best: Evaluation) -> tuple[str, str
         names = ", ".join(group_label(b) for b in blocked)
         return "memory", (
             f"memory: {names} cannot fit; {group_label(k)} would run at {tps:,.0f} tokens/s "
-            f"({_pct(tps / best.tokens_per_s - 1)}) but {_over(result, ev)}"
+            f"({signed_pct(tps / best.tokens_per_s - 1)}) but {_over(result, ev)}"
         )
     step = best.step
     share = step.exposed_comm_s / step.step_time_s if step.step_time_s else 0.0
@@ -167,13 +164,13 @@ def _alternatives(result: SearchResult, best: Evaluation, field: str, values: tu
         if result.request.objective == "memory":
             v, ev = min(fitting, key=lambda r: (r[1].per_gpu_bytes, r[0]))
             parts.append(
-                f"next {fmt(v)}: {_pct(ev.per_gpu_bytes / best.per_gpu_bytes - 1)} memory, "
-                f"{_pct(ev.step_time_s / best.step_time_s - 1)} step time"
+                f"next {fmt(v)}: {signed_pct(ev.per_gpu_bytes / best.per_gpu_bytes - 1)} memory, "
+                f"{signed_pct(ev.step_time_s / best.step_time_s - 1)} step time"
             )
         else:
             v, ev = min(fitting, key=lambda r: (r[1].step_time_s, r[0]))
             parts.append(
-                f"best alternative {fmt(v)}: {_pct(ev.step_time_s / best.step_time_s - 1)} step time"
+                f"best alternative {fmt(v)}: {signed_pct(ev.step_time_s / best.step_time_s - 1)} step time"
             )
     nofit = [v for v, ev in rows if not ev.fits]
     if nofit:
@@ -232,7 +229,7 @@ def explain(result: SearchResult, best: Evaluation | None = None) -> Explanation
         text += f"; {smallest} {_over(result, ev)}"
     if faster:
         m, ev = max(faster, key=lambda r: (r[1].tokens_per_s, -r[0]))
-        text += f"; best alternative {m}: {_pct(ev.tokens_per_s / best.tokens_per_s - 1)} tokens/s"
+        text += f"; best alternative {m}: {signed_pct(ev.tokens_per_s / best.tokens_per_s - 1)} tokens/s"
     reasons["train_micro_batch_size_per_gpu"] = text
     reasons["gradient_accumulation_steps"] = (
         f"micro-steps per optimizer step to reach ~{result.request.global_batch_tokens:,} tokens "
@@ -280,7 +277,9 @@ def explain(result: SearchResult, best: Evaluation | None = None) -> Explanation
         if g is None or k == key:
             continue
         if g.best is not None:
-            others.append(f"{group_label(k)}: {_pct(g.best.tokens_per_s / best.tokens_per_s - 1)} tokens/s")
+            others.append(
+                f"{group_label(k)}: {signed_pct(g.best.tokens_per_s / best.tokens_per_s - 1)} tokens/s"
+            )
         elif g.smallest is not None:
             others.append(f"{group_label(k)} does not fit ({_over(result, g.smallest)})")
     choice = "the best" if result.request.objective != "memory" else "the smallest within 5% of the best"
@@ -480,4 +479,4 @@ def _checkpointing_reason(result: SearchResult, best: Evaluation) -> str:
     if not flipped.fits:
         return f"turning it off {_over(result, flipped)}{hint}"
     delta = flipped.step_time_s / best.step_time_s - 1
-    return f"turning it {'off' if cand.checkpointing else 'on'} changes the step time by {_pct(delta)}{hint}"
+    return f"turning it {'off' if cand.checkpointing else 'on'} changes the step time by {signed_pct(delta)}{hint}"
