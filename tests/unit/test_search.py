@@ -49,9 +49,13 @@ def test_llama70b_explanation_names_memory_as_binding() -> None:
 
 def test_gpt2_reduce_bucket_is_smaller_than_the_model() -> None:
     result = run("gpt2", "dgx-h100")
-    best = result.best.candidate
-    assert best.stage >= 1
-    assert best.reduce_bucket_size < result.model.params  # several buckets: reductions overlap backward
+    best = result.best
+    assert best.candidate.stage >= 1
+    assert best.candidate.reduce_bucket_size < result.model.params
+    # ... because one model-sized bucket (fires only after backward, nothing overlaps) is slower
+    params = result.model.params
+    whole = result.evaluate(best.candidate.with_(reduce_bucket_size=params, allgather_bucket_size=params))
+    assert whole.step_time_s > best.step_time_s
 
 
 def test_small_model_binding_constraint_is_not_memory() -> None:
@@ -89,13 +93,15 @@ def test_search_is_deterministic() -> None:
 
 
 def test_pcie_box_gets_less_stage3_traffic_than_nvlink() -> None:
-    """Same GPU (A100 80GB), only the interconnect differs: on NVLink the model prefers stage 3
-    (parameter gathers are cheap), on PCIe a configuration without per-layer gathers."""
+    """Same GPU (A100 80GB), only the interconnect differs: on PCIe the search shards no more than
+    on NVLink (stage-3 parameter gathers cost more there), and communication weighs more."""
     nvlink = run("llama-13b", "dgx-a100-80g").best
     pcie = run("llama-13b", "8xa100-pcie").best
-    assert nvlink.candidate.stage == 3
-    assert pcie.candidate.stage < 3
-    assert pcie.step.exposed_comm_s / pcie.step_time_s > nvlink.step.exposed_comm_s / nvlink.step_time_s
+    assert pcie.candidate.stage <= nvlink.candidate.stage
+    assert nvlink.candidate.stage == 3 and pcie.candidate.stage < 3  # today's models: gathers only on NVLink
+    share = {k: ev.step.exposed_comm_s / ev.step_time_s for k, ev in (("pcie", pcie), ("nvlink", nvlink))}
+    assert share["pcie"] > share["nvlink"]
+    assert pcie.tokens_per_s < nvlink.tokens_per_s
 
 
 @pytest.mark.parametrize("profile", ["8xl40s-pcie", "4xrtx4090", "dgx-h100"])
