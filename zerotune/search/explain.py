@@ -169,9 +169,9 @@ def _alternatives(result: SearchResult, best: Evaluation, field: str, values: tu
             )
         else:
             v, ev = min(fitting, key=lambda r: (r[1].step_time_s, r[0]))
-            parts.append(
-                f"best alternative {fmt(v)}: {signed_pct(ev.step_time_s / best.step_time_s - 1)} step time"
-            )
+            delta = ev.step_time_s / best.step_time_s - 1
+            tie = " (a tie: the lower-memory value wins)" if abs(delta) < 0.0005 else ""
+            parts.append(f"best alternative {fmt(v)}: {signed_pct(delta)} step time{tie}")
     nofit = [v for v, ev in rows if not ev.fits]
     if nofit:
         parts.append(f"{', '.join(fmt(v) for v in nofit)} would not fit")
