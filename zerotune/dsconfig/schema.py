@@ -25,7 +25,9 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-Kind = Literal["bool", "int", "float", "str", "stage", "device", "path", "object", "list", "number", "any"]
+Kind = Literal[
+    "bool", "int", "float", "str", "stage", "device", "path", "object", "list", "number", "any", "never"
+]
 Status = Literal["stable", "new", "changed"]
 
 ALL_STAGES = frozenset({0, 1, 2, 3})
@@ -480,26 +482,31 @@ SECTIONS: dict[str, Section] = {
         Section(
             "/weight_quantization",
             "strict",
-            _any("enabled", "num_bits", "q_type", "q_groups", "quantized_initialization", "post_init_quant"),
+            (
+                F("enabled", "bool", True),
+                F("num_bits", "int", 8),
+                F("q_type", "any", "symmetric"),
+                F("q_groups", "int", 1),
+                F("quantized_initialization", "object"),
+                F("post_init_quant", "object"),
+            ),
             "inference/config.py",
         ),
         Section(
             "/tensor_parallel",
             "strict",
-            _any(
-                "dtype",
-                "autotp_size",
-                "tp_overlap_comm",
-                "vocab_parallel_lm_head",
-                "vocab_parallel_ce_backend",
-                "injection_policy_tuple",
-                "partition_config",
-                "preset_model",
-                "keep_module_on_host",
-            )
-            + (
-                F("tensor_parallel", "any", alias="tp"),
-                F("replace_with_kernel_inject", "any", alias="kernel_inject"),
+            (
+                F("dtype", "never", doc="a torch.dtype: no JSON value validates"),
+                F("autotp_size", "int", 0),
+                F("tp_overlap_comm", "bool", False),
+                F("vocab_parallel_lm_head", "bool", None, nullable=True),
+                F("vocab_parallel_ce_backend", "any", "torch"),
+                F("injection_policy_tuple", "any"),
+                F("partition_config", "object", None, nullable=True),
+                F("preset_model", "str", None, nullable=True),
+                F("keep_module_on_host", "bool", False),
+                F("tensor_parallel", "object", alias="tp"),
+                F("replace_with_kernel_inject", "bool", False, alias="kernel_inject"),
             ),
             "runtime/tensor_parallel/config.py",
         ),
@@ -827,6 +834,8 @@ def coerce(f: Field, value: Any) -> tuple[Any, ValueProblem | None]:
         return None, ValueProblem("type", f"null is not allowed, expected {_EXPECT.get(f.kind, f.kind)}")
     if f.kind == "any":
         return value, None
+    if f.kind == "never":
+        return value, ValueProblem("type", f"cannot be set from JSON ({f.doc})")
     if f.kind == "object":
         if isinstance(value, dict):
             return value, None

@@ -117,9 +117,16 @@ class Context:
 
     @cached_property
     def resolved(self) -> Any:
+        """zerotune.dsconfig.settings.resolve(config), or None when it cannot read the config (the value
+        rules report why); only the model- and hardware-aware rules need it."""
+        from pydantic import ValidationError
+
         from zerotune.dsconfig.settings import resolve
 
-        return resolve(self.config)
+        try:
+            return resolve(self.config)
+        except (ValidationError, TypeError, ValueError):
+            return None
 
     def at(self, pointer: str) -> Any:
         """The value at an RFC 6901 pointer, or None."""

@@ -180,7 +180,9 @@ class LooseType(Rule):
 
     ## Why is this bad?
     No conversion happens: the string `"false"` is truthy, so the feature is switched *on*; a string
-    `gradient_clipping` fails later when the optimizer compares it with a float.
+    `gradient_clipping` fails later when the optimizer compares it with a float. A few values crash the
+    parse itself (`wall_clock_breakdown` that is not a bool, a string `vocabulary_size`, a zero or string
+    `sequence_parallel_size`): those are errors.
 
     ## Example
     ```json
@@ -219,9 +221,37 @@ class LooseType(Rule):
                 "str": isinstance(raw, str),
             }[f.kind]
             if not ok:
+                crash = _crashes_parse(key, raw)
                 yield self.emit(
-                    ctx, pointer_of(key), key=key, expected=expected[f.kind], value=schema._short(raw)
+                    ctx,
+                    pointer_of(key),
+                    key=key,
+                    expected=expected[f.kind],
+                    value=schema._short(raw),
+                    severity=Severity.ERROR if crash else None,
                 )
+        enabled = ctx.section("flops_profiler").get("enabled", False)
+        if not isinstance(enabled, int):  # `wall_clock_breakdown | enabled` at parse
+            yield self.emit(
+                ctx,
+                "/flops_profiler/enabled",
+                key="flops_profiler.enabled",
+                expected="a boolean",
+                value=schema._short(enabled),
+                severity=Severity.ERROR,
+            )
+
+
+def _crashes_parse(key: str, raw: Any) -> bool:
+    """Values DeepSpeedConfig itself trips over (runtime/config.py): `wall_clock_breakdown |
+    flops_profiler.enabled` needs a bool/int, and `vocabulary_size % 8` (a warning check) needs a number."""
+    if key == "wall_clock_breakdown":
+        return not isinstance(raw, int)
+    if key == "vocabulary_size":
+        return bool(raw) and not isinstance(raw, (int, float))
+    if key == "sequence_parallel_size":  # world size / sequence_parallel_size
+        return not isinstance(raw, (int, float)) or raw == 0
+    return False
 
 
 def _str_choice(ctx: Context, key: str, choices: tuple[str, ...], allow_null: bool) -> Any:
