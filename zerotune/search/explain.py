@@ -280,7 +280,7 @@ def explain(result: SearchResult, best: Evaluation | None = None) -> Explanation
             others.append(
                 f"{group_label(k)}: {signed_pct(g.best.tokens_per_s / best.tokens_per_s - 1)} tokens/s"
             )
-        elif g.smallest is not None:
+        elif g.fitting == 0 and g.smallest is not None:
             others.append(f"{group_label(k)} does not fit ({_over(result, g.smallest)})")
     choice = "the best" if result.request.objective != "memory" else "the smallest within 5% of the best"
     reasons["zero_optimization.stage"] = (
