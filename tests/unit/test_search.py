@@ -64,6 +64,20 @@ def test_small_model_binding_constraint_is_not_memory() -> None:
     assert why.binding_detail.startswith(why.binding)
 
 
+def test_slow_link_makes_bandwidth_the_binding_constraint() -> None:
+    """A 0.2 GB/s, 1 ms link (TCP-like) under 8 L40S: the step is mostly exposed communication."""
+    slow = CollectivePerf(alpha_s=1e-3, busbw_Bps=2e8)
+    link = LinkClass(
+        kind="tcp", ranks=8, collectives={op: slow for op in ("all_reduce", "all_gather", "reduce_scatter")}
+    )
+    hardware = load_profile("8xl40s-pcie").model_copy(update={"intra_node": link, "name": "slow-box"})
+    result = search(load_model("gpt2"), hardware)
+    why = explain(result)
+    assert why.binding == "bandwidth"
+    assert "exposed communication" in why.binding_detail
+    assert result.best.step.exposed_comm_s > 0.1 * result.best.step_time_s
+
+
 def test_everything_ranked_fits_and_everything_pruned_says_why() -> None:
     result = run("llama-13b", "dgx-a100-80g")
     assert result.ranked and all(ev.fits and ev.memory.fits for ev in result.ranked)
