@@ -139,3 +139,31 @@ def test_fix_rewrites_in_place_and_keeps_formatting(cli, tmp_path) -> None:
     assert len(changed) == 1
     assert not [f for f in tmp_path.iterdir() if f.name.startswith(".")]  # no temp file left behind
     assert cli("validate", "-", "--fix").code == 2
+
+
+def test_ci_integration_files_run_real_commands(cli, tmp_path) -> None:
+    import re
+
+    import yaml
+
+    hooks = yaml.safe_load((HERE.parent / ".pre-commit-hooks.yaml").read_text())
+    assert {h["id"] for h in hooks} == {"zerotune-validate", "zerotune-validate-hf"}
+    for hook in hooks:
+        pattern = re.compile(hook["files"])
+        assert pattern.search("configs/ds_config_zero3.json") and not pattern.search("package.json")
+        argv = hook["entry"].split()[1:] + [str(CLEAN)]  # pre-commit appends the file names
+        assert cli(*argv).code == 0
+    action = yaml.safe_load((HERE.parent / "action.yml").read_text())
+    assert action["runs"]["using"] == "composite"
+    run_lines = [s["run"] for s in action["runs"]["steps"] if "run" in s and "zerotune validate" in s["run"]]
+    assert run_lines and all("--format" in r and r.startswith("set -f;") for r in run_lines)
+    # the default input is a recursive glob that zerotune itself expands
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    shutil.copy(CLEAN, tmp_path / "a" / "b" / "ds_config_z3.json")
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        res = cli("validate", action["inputs"]["files"]["default"], "--format", "github")
+    finally:
+        os.chdir(cwd)
+    assert res.code == 0
