@@ -102,7 +102,7 @@ def _cli(path: str) -> tuple[int, str]:
     return code, err.getvalue()
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(st.binary(max_size=300) | st.text(max_size=200).map(str.encode))
 def test_any_bytes_exit_0_1_or_2_without_internal_error(data) -> None:
     with tempfile.TemporaryDirectory() as tmp:
