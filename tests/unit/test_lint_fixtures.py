@@ -50,6 +50,9 @@ def test_fixture_case(code: str, case: dict) -> None:
     if "fail" in case:
         found, loaded = _run(code, case, "fail")
         hits = [d for d in found if d.code == code]
+        assert all(registry.get(d.code).fix_title for d in found if d.fix), (
+            "a fix from a rule without fix_title"
+        )
         assert hits, f"{code} not raised; got {[d.code for d in found]}"
         if "pointer" in case:
             assert case["pointer"] in [d.pointer for d in hits]

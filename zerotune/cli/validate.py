@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import glob
+import os
 import sys
 from enum import Enum
 from typing import Annotated
@@ -32,7 +33,7 @@ def expand(paths: list[str]) -> list[str]:
     """Paths as given, globs expanded (sorted); "-" is stdin. A glob that matches nothing is an input error."""
     out: list[str] = []
     for path in paths:
-        if path != "-" and any(c in path for c in "*?[") and not glob.os.path.exists(path):
+        if path != "-" and any(c in path for c in "*?[") and not os.path.exists(path):
             matches = sorted(glob.glob(path, recursive=True))
             if not matches:
                 raise InputError(f"no file matches {path!r}")

@@ -26,7 +26,9 @@ class Rule:
     message: ClassVar[str]
     """Message template, formatted with the keyword arguments given to `emit`."""
     fix_title: ClassVar[str | None] = None
-    """What the safe fix does, when the rule has one (fix availability: sometimes)."""
+    """What the safe fix does, for rules that offer one (fix availability: sometimes)."""
+    help_text: ClassVar[str | None] = None
+    """A hint shown under the message when the rule has no automatic fix."""
     needs: ClassVar[frozenset[str]] = frozenset()
     """Extra inputs the rule needs: "model" (--model), "hardware" (--profile/--gpu-memory), "hf" (--hf)."""
     status: ClassVar[str] = "stable"
@@ -58,7 +60,7 @@ class Rule:
             pointer=pointer,
             line=line,
             column=column,
-            help=help if help is not None else self.fix_title,
+            help=help if help is not None else (self.fix_title or self.help_text),
             fix=fix,
         )
 

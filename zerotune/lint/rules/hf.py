@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from zerotune.dsconfig import schema
+from zerotune.dsconfig.load import escape
 from zerotune.lint.context import Context
 from zerotune.lint.diagnostic import Diagnostic, Severity
 from zerotune.lint.rule import Rule
@@ -19,16 +20,12 @@ from zerotune.lint.rule import Rule
 def _autos(value: Any, pointer: str = "") -> Iterator[str]:
     if isinstance(value, dict):
         for key, child in value.items():
-            yield from _autos(child, f"{pointer}/{schema_escape(key)}")
+            yield from _autos(child, f"{pointer}/{escape(key)}")
     elif isinstance(value, list):
         for i, child in enumerate(value):
             yield from _autos(child, f"{pointer}/{i}")
     elif schema.is_auto(value):
         yield pointer
-
-
-def schema_escape(key: str) -> str:
-    return key.replace("~", "~0").replace("/", "~1")
 
 
 def _filled(ctx: Context, pointer: str) -> bool:
@@ -78,7 +75,7 @@ class AutoOutsideHf(Rule):
     name = "auto-outside-hf"
     severity = Severity.ERROR
     message = '"auto" at {where} is only filled by HF Trainer/accelerate; DeepSpeed alone fails on it'
-    fix_title = "set a concrete value, or pass --hf if HF Trainer/accelerate loads this config"
+    help_text = "set a concrete value, or pass --hf if HF Trainer/accelerate loads this config"
 
     def check(self, ctx: Context) -> Iterator[Diagnostic]:
         if ctx.options.hf:

@@ -313,7 +313,7 @@ class RemovedKey(Rule):
     name = "removed-key"
     severity = Severity.ERROR
     message = "`{key}` is rejected by DeepSpeed 0.19 (present in 0.16): {why}"
-    fix_title = "delete the key, or pin deepspeed<0.17"
+    help_text = "delete the key, or pin deepspeed<0.17"
 
     def check(self, ctx: Context) -> Iterator[Diagnostic]:
         for key in ctx.config:
