@@ -17,6 +17,7 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
+from zerotune.catalog import profiles_root
 from zerotune.errors import InputError
 from zerotune.schema.hardware import SCHEMA_VERSION, HardwareProfile
 
@@ -30,11 +31,8 @@ _PROBE_CACHE_FILE = "last-probe.yaml"
 
 
 def hardware_dir() -> Path:
-    """Folder of the built-in profiles: $ZEROTUNE_PROFILES/hardware, else <repo>/profiles/hardware."""
-    root = os.environ.get("ZEROTUNE_PROFILES")
-    if root:
-        return Path(root) / "hardware"
-    return Path(__file__).resolve().parents[2] / "profiles" / "hardware"
+    """Folder of the built-in profiles: <profiles root>/hardware (see zerotune.catalog.profiles_root)."""
+    return profiles_root() / "hardware"
 
 
 def list_profiles() -> list[str]:

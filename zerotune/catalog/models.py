@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import difflib
 import json
-import os
 import re
 from functools import cache
 from pathlib import Path
@@ -18,12 +17,11 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from zerotune.catalog import profiles_root
 from zerotune.catalog.architectures import Architecture, build_model
 from zerotune.catalog.hf_config import parse_hf_config
 from zerotune.errors import InputError
 from zerotune.schema.model import LayerSpec, ModelSpec
-
-PROFILES_ENV = "ZEROTUNE_PROFILES"
 
 # ad-hoc models: the Llama-2 shape rules (Touvron et al. 2023, arXiv 2307.09288, Table 1 / config.json)
 ADHOC_HEAD_DIM = 128
@@ -34,10 +32,8 @@ ADHOC_MAX_FFN_RATIO = 16  # ffn/hidden beyond any real model (Gemma-7B: 8) means
 
 
 def catalog_dir() -> Path:
-    """Directory of the model profiles: $ZEROTUNE_PROFILES/models, else <repo>/profiles/models."""
-    root = os.environ.get(PROFILES_ENV)
-    base = Path(root) if root else Path(__file__).resolve().parents[2] / "profiles"
-    return base / "models"
+    """Directory of the model profiles: <profiles root>/models (see zerotune.catalog.profiles_root)."""
+    return profiles_root() / "models"
 
 
 def list_models() -> list[str]:
