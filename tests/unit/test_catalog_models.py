@@ -43,7 +43,7 @@ def test_catalog_holds_the_required_models_and_each_is_recorded() -> None:
     names = set(list_models())
     assert REQUIRED <= names
     assert names == set(GOLDEN["catalog"]), "re-run scripts/record_hf_counts.py after adding a profile"
-    assert catalog_dir() == REPO / "profiles" / "models"
+    assert catalog_dir().resolve() == REPO / "profiles" / "models"
 
 
 HF_CLASS = {
