@@ -13,7 +13,7 @@ tests/unit/test_dsconfig_settings.py checks them against the linter's schema tab
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict
 
@@ -143,9 +143,11 @@ def _clean(section: Any, model: type[BaseModel]) -> dict[str, Any]:
                     value = _number(raw, int)
                 elif ann is float:
                     value = _number(raw, float)
+                elif get_origin(ann) is Literal:  # e.g. an offload device outside none/cpu/nvme
+                    value = raw if raw in get_args(ann) else None
                 else:
                     value = raw if isinstance(raw, (str, type(None))) else None
-                if value is not None or ann not in (bool, int, float):
+                if value is not None or ann in (str | None, type(None)):
                     out[name] = value
                 break
     return out
@@ -173,9 +175,6 @@ def resolve_zero(section: Any) -> ZeroSettings:
         values["offload_param"] = OffloadParam(**_clean(par, OffloadParam))
     elif _bool(section.get("cpu_offload_param")):
         values["offload_param"] = OffloadParam(device="cpu")
-    for key in ("offload_optimizer", "offload_param"):
-        if key in values and values[key].device not in ("none", "cpu", "nvme"):
-            values.pop(key)
     if "overlap_comm" not in values:
         values["overlap_comm"] = values.get("stage", 0) == 3
     return ZeroSettings(**values)

@@ -1,0 +1,29 @@
+"""resolve(): the values DeepSpeed 0.19.8 would use, never an exception on odd input."""
+
+from zerotune.dsconfig.settings import resolve, resolve_zero
+
+
+def test_auto_and_aliases_resolve_like_deepspeed():
+    zero = resolve_zero(
+        {"stage": 3, "reduce_bucket_size": "auto", "stage3_prefetch_bucket_size": 5e7, "max_live_parameters": "1000"}
+    )
+    assert zero.reduce_bucket_size == 500_000_000  # "auto" dropped -> default
+    assert zero.prefetch_bucket_size == 50_000_000  # JSON 5e7 accepted for an int
+    assert zero.max_live_parameters == 1000  # numeric string coerced
+    assert zero.overlap_comm is True  # default True only at stage 3
+    assert resolve_zero({"stage": 2}).overlap_comm is False
+
+
+def test_legacy_forms():
+    assert resolve_zero(True).stage == 1
+    assert resolve_zero({"stage": 2, "cpu_offload": True}).offload_optimizer.device == "cpu"
+    assert resolve_zero({"stage": 3, "cpu_offload_param": "true"}).offload_param.device == "cpu"
+
+
+def test_odd_values_fall_back_to_defaults():
+    zero = resolve_zero({"stage": 7, "offload_optimizer": {"device": "gpu"}, "offload_param": {"device": 3}})
+    assert zero.stage == 0
+    assert zero.offload_optimizer.device == "none"
+    assert zero.offload_param.device == "none"
+    cfg = resolve({"bf16": {"enabled": "true"}, "gradient_clipping": "x", "optimizer": "adam"})
+    assert cfg.precision == "bf16" and cfg.gradient_clipping == 1.0 and cfg.optimizer_type is None
