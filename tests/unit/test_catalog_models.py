@@ -297,6 +297,11 @@ def test_adhoc_params_with_pinned_dimensions(layers: int | None, hidden: int | N
         ({"params": 1e6}, "cannot be reached within 1%"),
         ({"params": 7e9, "layers": 2, "hidden": 128}, "with --layers 2 --hidden 128"),
         ({"params": math.nan}, "--params must be positive"),
+        # each block is listed in the spec: absurd sizes are refused, not built until memory runs out
+        ({"params": 1e20}, "--params must be at most"),
+        ({"layers": 10**9}, "--layers must be at most"),
+        ({"hidden": 64 * 10**6}, "more than 10000"),
+        ({"params": 1e14, "hidden": 128}, "with --hidden 128"),
     ],
 )
 def test_adhoc_rejects_bad_values(kwargs: dict, message: str) -> None:

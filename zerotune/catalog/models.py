@@ -29,6 +29,9 @@ ADHOC_VOCAB = 32000
 ADHOC_FFN_MULTIPLE = 256
 ADHOC_TOLERANCE = 0.01
 ADHOC_MAX_FFN_RATIO = 16  # ffn/hidden beyond any real model (Gemma-7B: 8) means the inputs disagree
+ADHOC_MAX_WIDTH = 65536
+ADHOC_MAX_LAYERS = 10_000  # ~80x Llama-3.1-405B's 126 blocks; the spec lists every block, so cap it
+ADHOC_MAX_PARAMS = 1e14  # 100T: reachable within ADHOC_MAX_LAYERS at ADHOC_MAX_WIDTH
 
 
 def catalog_dir() -> Path:
@@ -96,6 +99,10 @@ def adhoc_model(
     for flag, value in (("--params", params), ("--layers", layers), ("--hidden", hidden)):
         if value is not None and not value > 0:
             raise InputError(f"{flag} must be positive, got {value:g}")
+    if params is not None and params > ADHOC_MAX_PARAMS:
+        raise InputError(f"--params must be at most {ADHOC_MAX_PARAMS:g}, got {params:g}")
+    if layers is not None and layers > ADHOC_MAX_LAYERS:
+        raise InputError(f"--layers must be at most {ADHOC_MAX_LAYERS}, got {layers}")
     if hidden is not None and hidden % 64:
         raise InputError(f"--hidden must be a multiple of 64 (the head size), got {hidden}")
     if params is None:
@@ -103,6 +110,8 @@ def adhoc_model(
             raise InputError("give --params, or --layers and/or --hidden", hint="e.g. --params 7e9")
         hidden = hidden or ADHOC_HEAD_DIM * layers  # type: ignore[operator]
         layers = layers or max(1, round(hidden / ADHOC_HEAD_DIM))
+        if layers > ADHOC_MAX_LAYERS:
+            raise InputError(f"--hidden {hidden} implies {layers} layers, more than {ADHOC_MAX_LAYERS}")
         return _llama_shape(name, layers, hidden, _standard_ffn(hidden))
     shape = _fit(params, layers, hidden)
     if shape is None:
@@ -123,12 +132,14 @@ def _standard_ffn(hidden: int) -> int:
 def _fit(params: float, layers: int | None, hidden: int | None) -> tuple[int, int, int] | None:
     """(layers, hidden, ffn) within 1% of `params`, closest to the standard shape; None if none is."""
     candidates = []
-    widths = [hidden] if hidden else range(ADHOC_HEAD_DIM, 65536 + 1, ADHOC_HEAD_DIM)
+    widths = [hidden] if hidden else range(ADHOC_HEAD_DIM, ADHOC_MAX_WIDTH + 1, ADHOC_HEAD_DIM)
     for h in widths:
         rest = params - 2 * ADHOC_VOCAB * h - h  # embedding, head, final norm
         per_block_fixed = 4 * h * h + 2 * h  # q, k, v, o, two norms
         f = _standard_ffn(h)
         n = layers or max(1, round(rest / (per_block_fixed + 3 * h * f)))
+        if n > ADHOC_MAX_LAYERS:
+            continue
         if layers or hidden:  # one dimension is pinned: let ffn absorb the remainder
             units = round((rest / n - per_block_fixed) / (3 * h * ADHOC_FFN_MULTIPLE))
             f = max(1, units) * ADHOC_FFN_MULTIPLE
