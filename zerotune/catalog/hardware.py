@@ -9,7 +9,6 @@ errors, each offending `loc.path` on its own line.
 from __future__ import annotations
 
 import difflib
-import json
 import math
 import os
 from pathlib import Path
@@ -19,13 +18,13 @@ from pydantic import ValidationError
 
 from zerotune.catalog import profiles_root
 from zerotune.errors import InputError
+from zerotune.files import read_json, read_yaml
 from zerotune.schema.hardware import SCHEMA_VERSION, HardwareProfile
 
 DEFAULT_PROFILE = "dgx-h100"
 
 _SUFFIXES = (".yaml", ".yml", ".json")
-# libyaml's C parser and emitter when PyYAML was built with them (about 10x faster), else pure Python.
-_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+# libyaml's C emitter when PyYAML was built with it (about 10x faster), else pure Python.
 _BaseDumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 _PROBE_CACHE_FILE = "last-probe.yaml"
 
@@ -63,15 +62,7 @@ def load_profile(ref: str) -> HardwareProfile:
 
 
 def _load_file(path: Path) -> HardwareProfile:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
-    try:
-        data = json.loads(text) if path.suffix.lower() == ".json" else yaml.load(text, Loader=_Loader)
-    except (json.JSONDecodeError, yaml.YAMLError) as exc:
-        detail = " ".join(str(exc).split())
-        raise InputError(f"{path}: not valid {path.suffix.lstrip('.').upper()}: {detail}") from None
+    data = read_json(path) if path.suffix.lower() == ".json" else read_yaml(path)
     if data is None:
         raise InputError(f"{path}: the file is empty", hint="write a profile with `zerotune probe`")
     if not isinstance(data, dict):

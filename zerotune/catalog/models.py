@@ -8,19 +8,17 @@ computed by `build_model` and checked against transformers (tests/golden/hf_para
 from __future__ import annotations
 
 import difflib
-import json
 import re
 from functools import cache
 from pathlib import Path
-from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
 from zerotune.catalog import profiles_root
 from zerotune.catalog.architectures import Architecture, build_model
 from zerotune.catalog.hf_config import parse_hf_config
 from zerotune.errors import InputError
+from zerotune.files import read_json, read_yaml
 from zerotune.schema.model import LayerSpec, ModelSpec
 
 # ad-hoc models: the Llama-2 shape rules (Touvron et al. 2023, arXiv 2307.09288, Table 1 / config.json)
@@ -63,7 +61,7 @@ def load_model(ref: str) -> ModelSpec:
     if path.is_file():
         if path.suffix in (".yaml", ".yml"):
             return build_model(_read_profile(path))
-        return model_from_hf_config(_read_json(path), name=_name_for(path))
+        return model_from_hf_config(read_json(path), name=_name_for(path))
     if path.suffix in (".json", ".yaml", ".yml"):
         raise InputError(
             f"model file not found: {ref}", hint="give a catalog name or an existing config.json"
@@ -282,7 +280,7 @@ def _unknown(name: str, catalog: dict[str, Path]) -> InputError:
 
 @cache
 def _read_profile(path: Path) -> Architecture:
-    data = _read_yaml(path)
+    data = read_yaml(path) or {}
     if not isinstance(data, dict):
         raise InputError(f"{path}: a model profile must be a YAML mapping")
     data.setdefault("name", path.stem)
@@ -291,20 +289,6 @@ def _read_profile(path: Path) -> Architecture:
     except ValidationError as exc:
         lines = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'profile'}: {e['msg']}" for e in exc.errors())
         raise InputError(f"{path}: invalid model profile: {lines}") from None
-
-
-def _read_yaml(path: Path) -> Any:
-    try:
-        return yaml.safe_load(path.read_text()) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise InputError(f"cannot read {path}: {exc}") from None
-
-
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise InputError(f"cannot read {path}: {exc}") from None
 
 
 def _name_for(path: Path) -> str:
