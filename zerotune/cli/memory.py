@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from typing import Annotated
 
 import typer
@@ -153,14 +154,7 @@ def _payload(spec, workload, hardware, capacity, rows) -> dict:
                 "total_bytes_per_gpu": row.estimate.per_gpu.total,
                 "cpu_bytes": row.estimate.cpu_bytes_per_node,
                 "nvme_bytes": row.estimate.nvme_bytes_per_node,
-                "breakdown": {
-                    "params": row.estimate.per_gpu.params,
-                    "gradients": row.estimate.per_gpu.gradients,
-                    "optimizer_states": row.estimate.per_gpu.optimizer_states,
-                    "comm_buffers": row.estimate.per_gpu.comm_buffers,
-                    "activations": row.estimate.per_gpu.activations,
-                    "overhead": row.estimate.per_gpu.overhead,
-                },
+                "breakdown": asdict(row.estimate.per_gpu),
                 "fits": row.estimate.fits,
                 "headroom_bytes": row.estimate.headroom_bytes,
                 "notes": list(row.estimate.notes),

@@ -6,7 +6,7 @@ the result and writes the files; everything a test wants to check is on `Recomme
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from zerotune.dsconfig.emit import (
@@ -331,14 +331,7 @@ def to_json(
                 "gpu_capacity_bytes": mem.gpu_capacity_bytes,
                 "cpu_bytes_per_node": mem.cpu_bytes_per_node,
                 "nvme_bytes_per_node": mem.nvme_bytes_per_node,
-                "breakdown": {
-                    "params": b.params,
-                    "gradients": b.gradients,
-                    "optimizer_states": b.optimizer_states,
-                    "comm_buffers": b.comm_buffers,
-                    "activations": b.activations,
-                    "overhead": b.overhead,
-                },
+                "breakdown": asdict(b),
             },
         },
         "top": [candidate_summary(ev) for ev in rec.top],
