@@ -283,26 +283,25 @@ class Evaluator:
         ev = self.check(cand)
         if ev.step is not None:
             return ev
-        tkey = self.space.time_key(cand)
-        step = self.steps.get(tkey)
-        if step is None:
-            workload, zero = self._inputs(cand)
-            step = self.steps[tkey] = self.step_fn(self.model, workload, zero, self.hardware)
-        return Evaluation.of(cand, ev.memory, step, ev.reject)
+        return Evaluation.of(cand, ev.memory, self._step(cand), ev.reject)
 
     def __call__(self, cand: Candidate) -> Evaluation:
         """Memory and, when it fits, the step time."""
         ev = self.check(cand)
         if not ev.fits or ev.step is not None:
             return ev
+        ev = Evaluation.of(cand, ev.memory, self._step(cand), None)
+        self.cache[cand] = ev
+        return ev
+
+    def _step(self, cand: Candidate) -> Any:
+        """The step-time prediction, shared by every candidate with the same time_key."""
         tkey = self.space.time_key(cand)
         step = self.steps.get(tkey)
         if step is None:
             workload, zero = self._inputs(cand)
             step = self.steps[tkey] = self.step_fn(self.model, workload, zero, self.hardware)
-        ev = Evaluation.of(cand, ev.memory, step, None)
-        self.cache[cand] = ev
-        return ev
+        return step
 
 
 def rank_key(objective: Objective, best_tps: float, rate: float | None) -> Callable[[Evaluation], tuple]:
