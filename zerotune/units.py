@@ -21,6 +21,13 @@ def fmt_bytes(n: float) -> str:
     raise AssertionError("unreachable")
 
 
+def fmt_gib(n: float | None, *, unit: bool = True) -> str:
+    """GiB to one decimal, the unit left off for table columns headed GiB: 'n/a' for None."""
+    if n is None:
+        return "n/a"
+    return f"{n / GiB:.1f} GiB" if unit else f"{n / GiB:.1f}"
+
+
 def fmt_count(n: float) -> str:
     """Element counts the way DeepSpeed users write them: 500000000 -> '500M'."""
     value = float(n)

@@ -13,7 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from zerotune.model.memory import MemoryBreakdown, OffloadRow
-from zerotune.units import GiB
+from zerotune.units import fmt_gib
 
 # breakdown field, column/legend label, colour
 PARTS: tuple[tuple[str, str, str], ...] = (
@@ -24,10 +24,6 @@ PARTS: tuple[tuple[str, str, str], ...] = (
     ("activations", "Activ", "blue"),
     ("overhead", "Other", "red"),
 )
-
-
-def gib(n: int | None) -> str:
-    return "n/a" if n is None else f"{n / GiB:.1f}"
 
 
 def option_label(row: OffloadRow) -> str:
@@ -68,10 +64,10 @@ def memory_table(rows: Sequence[OffloadRow], *, title: str | None = None) -> Tab
         b = est.per_gpu
         table.add_row(
             option_label(row),
-            *(gib(getattr(b, field)) for field, _, _ in PARTS),
-            gib(b.total),
-            gib(est.cpu_bytes_per_node),
-            gib(est.nvme_bytes_per_node),
+            *(fmt_gib(getattr(b, field), unit=False) for field, _, _ in PARTS),
+            fmt_gib(b.total, unit=False),
+            fmt_gib(est.cpu_bytes_per_node, unit=False),
+            fmt_gib(est.nvme_bytes_per_node, unit=False),
             _fits(est.fits),
         )
     return table
@@ -114,8 +110,8 @@ def memory_chart(rows: Sequence[OffloadRow], *, capacity: int | None = None, wid
             pad = mark - len(bar.plain)
             if pad >= 0:
                 bar.append(" " * pad + "|", style="dim")
-        chart.add_row(option_label(row), bar, f"{gib(row.estimate.per_gpu.total)} GiB")
+        chart.add_row(option_label(row), bar, fmt_gib(row.estimate.per_gpu.total))
     parts: list = [legend, chart]
     if capacity:
-        parts.append(Text(f"| = GPU capacity {gib(capacity)} GiB", style="dim"))
+        parts.append(Text(f"| = GPU capacity {fmt_gib(capacity)}", style="dim"))
     return Group(*parts)

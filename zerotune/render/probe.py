@@ -13,7 +13,7 @@ from rich.table import Table
 
 from zerotune.probe.metrics import SweepRow, large_message_busbw
 from zerotune.schema.hardware import CollectivePerf, DeviceInfo, HardwareProfile, Topology
-from zerotune.units import GB, GiB, fmt_bytes
+from zerotune.units import GB, fmt_bytes, fmt_gib
 
 
 def _na(value: object, fmt: str = "{}") -> str:
@@ -35,7 +35,7 @@ def gpu_table(devices: Sequence[DeviceInfo]) -> Table:
         table.add_row(
             str(d.index),
             d.name,
-            _na(None if d.memory_total_bytes is None else d.memory_total_bytes / GiB, "{:.1f} GiB"),
+            fmt_gib(d.memory_total_bytes),
             _na(d.compute_capability),
             pcie,
             links,
@@ -71,8 +71,8 @@ def host_table(profile: HardwareProfile) -> Table:
     table.add_column("value")
     rows = [
         ("CPU", f"{_na(h.cpu_model)} ({_na(h.cpu_cores)} cores)"),
-        ("RAM total / available", f"{_gib(h.ram_bytes)} / {_gib(h.ram_available_bytes)}"),
-        ("/dev/shm", _gib(h.shm_bytes)),
+        ("RAM total / available", f"{fmt_gib(h.ram_bytes)} / {fmt_gib(h.ram_available_bytes)}"),
+        ("/dev/shm", fmt_gib(h.shm_bytes)),
         ("host->device pinned / pageable", f"{_gbps(h.h2d_pinned_Bps)} / {_gbps(h.h2d_pageable_Bps)}"),
         ("device->host pinned", _gbps(h.d2h_pinned_Bps)),
         ("disk write / read", f"{_gbps(h.nvme_write_Bps)} / {_gbps(h.nvme_read_Bps)}"),
@@ -89,10 +89,6 @@ def host_table(profile: HardwareProfile) -> Table:
     for what, value in rows:
         table.add_row(what, value)
     return table
-
-
-def _gib(value: int | None) -> str:
-    return "n/a" if value is None else f"{value / GiB:.1f} GiB"
 
 
 def _gbps(value: float | None) -> str:

@@ -19,11 +19,7 @@ from zerotune.dsconfig.emit import get_path, leaf_paths
 from zerotune.render.memory import PARTS, stacked_bar
 from zerotune.search.rank import Evaluation
 from zerotune.search.recommend import Baseline, Recommendation
-from zerotune.units import GiB, fmt_count
-
-
-def _gib(n: float | None) -> str:
-    return "n/a" if n is None else f"{n / GiB:.1f}"
+from zerotune.units import fmt_count, fmt_gib
 
 
 def _count(n: int) -> str:
@@ -63,7 +59,7 @@ def memory_bar(ev: Evaluation, width: int = 60) -> Group:
         if pad >= 0:
             bar.append(" " * pad + "|", style="dim")
     legend = Text("  ").join(Text(f"█ {label}", style=colour) for _, label, colour in PARTS)
-    caption = f"{_gib(mem.per_gpu.total)} GiB per GPU" + (f" of {_gib(cap)} GiB (|)" if cap else "")
+    caption = f"{fmt_gib(mem.per_gpu.total)} per GPU" + (f" of {fmt_gib(cap)} (|)" if cap else "")
     return Group(legend, bar, Text(caption, style="dim"))
 
 
@@ -90,7 +86,7 @@ def _row(ev: Evaluation) -> list[str]:
         _count(c.prefetch_bucket_size) if s3 else "-",
         _count(c.param_persistence_threshold) if s3 else "-",
         _count(c.max_live_parameters) if s3 else "-",
-        _gib(ev.per_gpu_bytes),
+        fmt_gib(ev.per_gpu_bytes, unit=False),
     ]
 
 
@@ -157,7 +153,7 @@ def comparison_table(baselines: Sequence[Baseline]) -> Table:
             _count(c.prefetch_bucket_size) if s3 else "-",
             _count(c.param_persistence_threshold) if s3 else "-",
             _count(c.max_live_parameters) if s3 else "-",
-            _gib(ev.per_gpu_bytes),
+            fmt_gib(ev.per_gpu_bytes, unit=False),
             fits,
             f"{ev.step_time_s:.3g}" if ev.step is not None else "n/a",
             tps,

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from zerotune.search.objective import MEMORY_TOLERANCE
 from zerotune.search.rank import Evaluation, SearchResult
 from zerotune.search.space import Candidate, busbw_at
-from zerotune.units import DTYPE_BYTES, GiB, fmt_bytes, fmt_count
+from zerotune.units import DTYPE_BYTES, fmt_bytes, fmt_count, fmt_gib
 
 BANDWIDTH_SHARE = 0.10
 """Exposed communication above this share of the step makes bandwidth the binding constraint."""
@@ -62,10 +62,6 @@ def group_label(key: tuple[int, str, str]) -> str:
     return f"stage {stage} + {names[opt]} optimizer and {names[par]} parameter offload"
 
 
-def _gib(n: float) -> str:
-    return f"{n / GiB:.1f} GiB"
-
-
 def signed_pct(x: float) -> str:
     """+1.2% / -0.4% / ±0.0% (a relative change)."""
     return "±0.0%" if abs(x) < 0.0005 else f"{x * 100:+.1f}%"
@@ -89,15 +85,15 @@ def _over(result: SearchResult, ev: Evaluation) -> str:
     if ev.reject == "host":
         ram = result.hardware.host.ram_bytes or 0
         return (
-            f"needs {_gib(ev.memory.cpu_bytes_per_node)} of host RAM per node (+{margin:.0%} margin) "
-            f"vs {_gib(ram)}"
+            f"needs {fmt_gib(ev.memory.cpu_bytes_per_node)} of host RAM per node (+{margin:.0%} margin) "
+            f"vs {fmt_gib(ram)}"
         )
     if cap is None:
-        return f"needs {_gib(need)} per GPU"
+        return f"needs {fmt_gib(need)} per GPU"
     padded = need * (1 + margin)
     return (
-        f"needs {_gib(need)} per GPU (+{margin:.0%} margin: {_gib(padded)}) vs {_gib(cap)}, "
-        f"{_gib(padded - cap)} over"
+        f"needs {fmt_gib(need)} per GPU (+{margin:.0%} margin: {fmt_gib(padded)}) vs {fmt_gib(cap)}, "
+        f"{fmt_gib(padded - cap)} over"
     )
 
 
@@ -290,7 +286,7 @@ def explain(result: SearchResult, best: Evaluation | None = None) -> Explanation
     if offloaded:
         reasons["zero_optimization.offload_optimizer.device"] = (
             f"{cand.offload_optimizer}: optimizer states and the Adam step move to the host "
-            f"({_gib(best.memory.cpu_bytes_per_node)} host RAM per node predicted); "
+            f"({fmt_gib(best.memory.cpu_bytes_per_node)} host RAM per node predicted); "
             f"{_over_no_offload(result, cand)}"
         )
         reasons["zero_optimization.offload_optimizer.pin_memory"] = (
@@ -384,9 +380,9 @@ def explain(result: SearchResult, best: Evaluation | None = None) -> Explanation
     mem = best.memory
     cap = mem.gpu_capacity_bytes
     fit_text = (
-        f"{_gib(best.per_gpu_bytes)} per GPU of {_gib(cap)} (fits with the {result.request.safety_margin:.0%} margin)"
+        f"{fmt_gib(best.per_gpu_bytes)} per GPU of {fmt_gib(cap)} (fits with the {result.request.safety_margin:.0%} margin)"
         if cap
-        else f"{_gib(best.per_gpu_bytes)} per rank (no GPU capacity to check against)"
+        else f"{fmt_gib(best.per_gpu_bytes)} per rank (no GPU capacity to check against)"
     )
     mfu = f", MFU {best.step.mfu:.0%}" if best.step.mfu is not None else ""
     gpu_text = f"{hw.nodes * hw.gpus_per_node}x {gpu.name}" if gpu and hw.has_gpus else f"{world} CPU ranks"

@@ -24,7 +24,7 @@ from zerotune.schema.model import ModelSpec
 from zerotune.search.explain import Explanation, explain, group_label, signed_pct
 from zerotune.search.rank import Evaluation, SearchRequest, SearchResult, search
 from zerotune.search.space import workload_for
-from zerotune.units import GiB
+from zerotune.units import fmt_gib
 
 JSON_SCHEMA_VERSION = 1
 
@@ -121,10 +121,10 @@ def nothing_fits(result: SearchResult) -> InputError:
     c = smallest.candidate
     cap = result.hardware.gpu.memory_bytes if result.hardware.gpu else None
     need = smallest.per_gpu_bytes * (1 + result.request.safety_margin)
-    where = f" vs {cap / GiB:.1f} GiB" if cap else ""
+    where = f" vs {fmt_gib(cap)}" if cap else ""
     return InputError(
         f"no configuration of {result.model.name} fits {result.hardware.name}: the smallest "
-        f"({group_label((c.stage, *c.offload))}, micro-batch {c.micro_batch}) needs {need / GiB:.1f} GiB per GPU "
+        f"({group_label((c.stage, *c.offload))}, micro-batch {c.micro_batch}) needs {fmt_gib(need)} per GPU "
         f"with the {result.request.safety_margin:.0%} margin{where}",
         hint="use more GPUs (--gpus/--nodes or a bigger profile), a shorter --seq-len, or a smaller model",
     )
@@ -214,7 +214,7 @@ def recommend(
             ev = result.evaluate.unconstrained(filled)
             verdict = (
                 f"{ev.tokens_per_s:,.0f} tokens/s ({signed_pct(ev.tokens_per_s / best.tokens_per_s - 1)}), "
-                f"{ev.per_gpu_bytes / GiB:.1f} GiB per GPU" + ("" if ev.fits else ", does NOT fit")
+                f"{fmt_gib(ev.per_gpu_bytes)} per GPU" + ("" if ev.fits else ", does NOT fit")
             )
             explanation = replace(
                 explanation,
