@@ -74,33 +74,32 @@ def short_label(ev: Evaluation) -> str:
     return text
 
 
-def _row(ev: Evaluation) -> list[str]:
+def _knobs(ev: Evaluation) -> list[str]:
+    """The _KNOB_HEAD columns; '-' where the stage does not use the knob."""
     c = ev.candidate
     s3 = c.stage == 3
     return [
-        short_label(ev),
-        f"{c.micro_batch}x{c.grad_accum}",
-        "on" if c.checkpointing else "off",
         _count(c.reduce_bucket_size) if c.stage else "-",
         ("on" if c.overlap_comm else "off") if c.stage else "-",
         _count(c.prefetch_bucket_size) if s3 else "-",
         _count(c.param_persistence_threshold) if s3 else "-",
         _count(c.max_live_parameters) if s3 else "-",
+    ]
+
+
+def _row(ev: Evaluation) -> list[str]:
+    c = ev.candidate
+    return [
+        short_label(ev),
+        f"{c.micro_batch}x{c.grad_accum}",
+        "on" if c.checkpointing else "off",
+        *_knobs(ev),
         fmt_gib(ev.per_gpu_bytes, unit=False),
     ]
 
 
-_HEAD = (
-    "zero",
-    "mb x GA",
-    "ckpt",
-    "reduce",
-    "overlap",
-    "prefetch",
-    "persist",
-    "max_live",
-    "GiB/GPU",
-)
+_KNOB_HEAD = ("reduce", "overlap", "prefetch", "persist", "max_live")
+_HEAD = ("zero", "mb x GA", "ckpt", *_KNOB_HEAD, "GiB/GPU")
 
 
 def top_table(evals: Sequence[Evaluation], *, cost: Any = None) -> Table:
@@ -132,7 +131,7 @@ def comparison_table(baselines: Sequence[Baseline]) -> Table:
         title_justify="left",
     )
     table.add_column("config", no_wrap=True)
-    for h in ("reduce", "overlap", "prefetch", "persist", "max_live", "GiB/GPU"):
+    for h in (*_KNOB_HEAD, "GiB/GPU"):
         table.add_column(h, justify="right", no_wrap=True)
     table.add_column("fits", justify="center")
     table.add_column("step s", justify="right")
@@ -140,19 +139,13 @@ def comparison_table(baselines: Sequence[Baseline]) -> Table:
     ours = baselines[0].evaluation.tokens_per_s if baselines else 0
     for bl in baselines:
         ev = bl.evaluation
-        c = ev.candidate
-        s3 = c.stage == 3
         fits = Text("yes", style="green") if ev.fits else Text("no", style="red")
         tps = f"{ev.tokens_per_s:,.0f}" if ev.step is not None else "n/a"
         if ev.step is not None and ours and bl.name != "zerotune":
             tps += f" ({ev.tokens_per_s / ours - 1:+.1%})"
         table.add_row(
             bl.name,
-            _count(c.reduce_bucket_size) if c.stage else "-",
-            ("on" if c.overlap_comm else "off") if c.stage else "-",
-            _count(c.prefetch_bucket_size) if s3 else "-",
-            _count(c.param_persistence_threshold) if s3 else "-",
-            _count(c.max_live_parameters) if s3 else "-",
+            *_knobs(ev),
             fmt_gib(ev.per_gpu_bytes, unit=False),
             fits,
             f"{ev.step_time_s:.3g}" if ev.step is not None else "n/a",
