@@ -8,6 +8,7 @@ Prints one row per (model, stage, offload) with the best-of-5 mean over 2,000 ca
 from __future__ import annotations
 
 import timeit
+from functools import partial
 
 from rich.console import Console
 from rich.table import Table
@@ -17,6 +18,7 @@ from zerotune.catalog.models import load_model
 from zerotune.dsconfig.settings import OffloadOptimizer, OffloadParam, ZeroSettings
 from zerotune.model.memory import estimate_memory
 from zerotune.schema.workload import Workload
+from zerotune.units import fmt_gib
 
 CASES = [
     ("gpt2", 2, "none"),
@@ -44,9 +46,17 @@ def main() -> None:
         estimate = estimate_memory(model, workload, zero, hardware=hardware)
         calls = 2000
         best = min(
-            timeit.repeat(lambda: estimate_memory(model, workload, zero, hardware=hardware), number=calls, repeat=5)
+            timeit.repeat(
+                partial(estimate_memory, model, workload, zero, hardware=hardware), number=calls, repeat=5
+            )
         )
-        table.add_row(name, str(stage), offload, f"{best / calls * 1e6:.1f}", f"{estimate.per_gpu.total / 2**30:.1f}")
+        table.add_row(
+            name,
+            str(stage),
+            offload,
+            f"{best / calls * 1e6:.1f}",
+            fmt_gib(estimate.per_gpu.total, unit=False),
+        )
     Console().print(table)
 
 

@@ -14,9 +14,9 @@ from rich.console import Console
 from rich.table import Table
 
 from zerotune.catalog.hardware import list_profiles, load_profile
-from zerotune.collectives import busbw_factor
+from zerotune.collectives import busbw
 from zerotune.schema.hardware import HardwareProfile, LinkClass
-from zerotune.units import GiB, MiB
+from zerotune.units import GB, GiB, MiB
 
 
 def _busbw(profile: HardwareProfile, link: LinkClass | None, size: int) -> str:
@@ -26,7 +26,7 @@ def _busbw(profile: HardwareProfile, link: LinkClass | None, size: int) -> str:
     seconds = link.collectives["all_gather"].time("all_gather", size, n)
     if not seconds:
         return "n/a"
-    return f"{size * busbw_factor('all_gather', n) / seconds / 1e9:.0f} ({link.kind})"
+    return f"{busbw('all_gather', size, seconds, n) / GB:.0f} ({link.kind})"
 
 
 def _rows(size: int) -> list[list[str]]:

@@ -13,9 +13,9 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from zerotune.collectives import Collective, busbw, fit_alpha_beta
+from zerotune.collectives import Collective, algbw, busbw, fit_alpha_beta
 from zerotune.schema.hardware import CollectivePerf
-from zerotune.units import DTYPE_BYTES
+from zerotune.units import DTYPE_BYTES, GB
 
 SWEPT: tuple[Collective, ...] = ("all_gather", "reduce_scatter", "all_reduce", "all_to_all")
 """The collectives ZeRO uses: all_gather (stage 3 fetch, stage 1/2 param update), reduce_scatter
@@ -83,8 +83,8 @@ def make_row(
         redop="sum" if op in ("all_reduce", "reduce_scatter") else "none",
         time_us=median * 1e6,
         spread_pct=(max(times) - min(times)) / median * 100 if median > 0 else 0.0,
-        algbw_GBps=size / median / 1e9 if median > 0 else 0.0,
-        busbw_GBps=busbw(op, size, median, n) / 1e9 if median > 0 else 0.0,
+        algbw_GBps=algbw(size, median) / GB if median > 0 else 0.0,
+        busbw_GBps=busbw(op, size, median, n) / GB if median > 0 else 0.0,
         wrong=wrong,
     )
 
