@@ -273,7 +273,7 @@ def _unknown(name: str, catalog: dict[str, Path]) -> InputError:
     aliases = _aliases(catalog)
     close = difflib.get_close_matches(_key(name), list(aliases), n=6, cutoff=0.6)
     names = list(dict.fromkeys(aliases[key] for key in close))[:3]
-    known = f"catalog: {', '.join(sorted(catalog))}; a config.json path or --params also work"
+    known = f"catalog: {', '.join(sorted(catalog))}; or the path of a config.json or profile .yaml"
     hint = f"did you mean: {', '.join(names)}? {known}" if names else known
     return InputError(f"unknown model '{name}'", hint=hint)
 

@@ -56,13 +56,21 @@ def command(
         raise InputError(f"--nproc must be at least 1, got {nproc}")
     if out and Path(out).exists() and not force:
         raise InputError(f"{out} already exists", hint="pass --force to overwrite it")
+    if model is not None:
+        from zerotune.catalog.models import load_model
+
+        load_model(model)  # a bad --model fails here, before the ranks and the progress bar start
+    try:
+        fault_spec = json.loads(fault) if fault else None
+    except json.JSONDecodeError as exc:
+        raise InputError(f"--fault is not valid JSON: {exc}") from None
     options = ProbeOptions(
         nproc=nproc,
         quick=quick,
         model=model,
         nvme_path=nvme_path,
         timeout_s=timeout,
-        fault=json.loads(fault) if fault else None,
+        fault=fault_spec,
     )
     err = console.err()
     if distributed:
@@ -92,7 +100,12 @@ def _run_with_progress(options: Any, run_probe: Any, err: Any) -> Any:
     from zerotune.probe.runner import STEPS
 
     with Progress(
-        TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=err, transient=True
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+        disable=not err.is_terminal,  # a finished or failed bar leaves an empty line in logs
     ) as progress:
         bar = progress.add_task("probe: start-up", total=len(STEPS) - 1)
 
