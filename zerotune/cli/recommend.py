@@ -149,7 +149,7 @@ def command(
     )
     err = console.err()
     for line in notices:
-        err.print(f"[dim]{line}[/dim]")
+        err.print(line, style="dim", markup=False)
     with err.status(f"searching configurations of {spec.name} on {hardware.name}", spinner="dots"):
         rec = recommend(
             spec,
@@ -164,7 +164,7 @@ def command(
     if measure:
         from zerotune.search.measure import measure_top
 
-        rec, measured = measure_top(rec, measure, say=lambda m: err.print(f"[dim]{m}[/dim]"))
+        rec, measured = measure_top(rec, measure, say=lambda m: err.print(m, style="dim", markup=False))
 
     files: dict[str, str] = {}
     if out is not None:

@@ -99,7 +99,7 @@ class SearchRequest:
                 f"(--seq-len {self.seq_len})"
             )
         if not 0 <= self.safety_margin < 1:
-            raise InputError(f"safety margin must be in [0, 1), got {self.safety_margin}")
+            raise InputError(f"--margin must be in [0, 1), got {self.safety_margin:g}")
         if self.objective not in ("throughput", "memory", "cost"):
             raise InputError(f"unknown objective {self.objective!r}", hint="use throughput, memory or cost")
         if self.hourly_rate_usd is not None and self.hourly_rate_usd <= 0:
