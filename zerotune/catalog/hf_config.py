@@ -27,10 +27,6 @@ _LLAMA_LIKE = ("llama", "mistral", "mixtral", "qwen2", "gemma", "phi3")
 _MISSING = object()
 
 
-def supported_model_types() -> list[str]:
-    return list(FAMILIES)
-
-
 def parse_hf_config(config: dict[str, Any], name: str, **meta: Any) -> Architecture:
     """Architecture of a config.json dict. `meta` adds hf_class/source/aliases.
 
@@ -42,7 +38,7 @@ def parse_hf_config(config: dict[str, Any], name: str, **meta: Any) -> Architect
         supported = ", ".join(FAMILIES)
         raise InputError(
             f"{name}: unsupported architecture (model_type {model_type!r})",
-            hint=f"supported model_type values: {supported}; or use --params/--layers/--hidden",
+            hint=f"supported model_type values: {supported} (`zerotune memory` also takes --params/--layers/--hidden)",
         )
     get = _Getter(config, name)
     fields = _T5(get) if family == "t5" else _PARSERS[family](get, family)

@@ -16,10 +16,10 @@ not more precise than that), then lower per-GPU memory wins, then the candidate'
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
 
 Objective = Literal["throughput", "memory", "cost"]
-OBJECTIVES: tuple[str, ...] = ("throughput", "memory", "cost")
+OBJECTIVES: tuple[str, ...] = get_args(Objective)
 
 MEMORY_TOLERANCE = 0.05
 """--objective memory trades at most this share of the best throughput for less memory."""

@@ -34,7 +34,13 @@ from zerotune.errors import InputError
 from zerotune.schema.hardware import HardwareProfile
 from zerotune.schema.model import ModelSpec
 from zerotune.schema.workload import Precision, Workload
-from zerotune.search.objective import MEMORY_TOLERANCE, Objective, cost_per_billion_tokens, quantize
+from zerotune.search.objective import (
+    MEMORY_TOLERANCE,
+    OBJECTIVES,
+    Objective,
+    cost_per_billion_tokens,
+    quantize,
+)
 from zerotune.search.space import (
     DEFAULT_GLOBAL_BATCH_TOKENS,
     Candidate,
@@ -100,8 +106,10 @@ class SearchRequest:
             )
         if not 0 <= self.safety_margin < 1:
             raise InputError(f"--margin must be in [0, 1), got {self.safety_margin:g}")
-        if self.objective not in ("throughput", "memory", "cost"):
-            raise InputError(f"unknown objective {self.objective!r}", hint="use throughput, memory or cost")
+        if self.objective not in OBJECTIVES:
+            raise InputError(
+                f"unknown objective {self.objective!r}", hint=f"use one of {', '.join(OBJECTIVES)}"
+            )
         if self.hourly_rate_usd is not None and self.hourly_rate_usd <= 0:
             raise InputError(f"--hourly-rate must be positive, got {self.hourly_rate_usd}")
 
