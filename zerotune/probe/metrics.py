@@ -115,11 +115,11 @@ def collective_perf(op: Collective, n: int, rows: Sequence[SweepRow], source: st
     """
     ordered = sorted(rows, key=lambda r: r.size_bytes)
     alpha, beta_bw = fit_alpha_beta(op, n, [(r.size_bytes, r.time_us * 1e-6) for r in ordered])
-    measured_max = max(r.busbw_GBps for r in ordered) * 1e9
+    measured_max = max(r.busbw_GBps for r in ordered) * GB
     bw = beta_bw if beta_bw != float("inf") else measured_max
     return CollectivePerf(
         alpha_s=alpha,
         busbw_Bps=bw,
-        curve=[(float(r.size_bytes), r.busbw_GBps * 1e9) for r in ordered],
+        curve=[(float(r.size_bytes), r.busbw_GBps * GB) for r in ordered],
         source=source,
     )

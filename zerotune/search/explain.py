@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from zerotune.search.objective import MEMORY_TOLERANCE
 from zerotune.search.rank import Evaluation, SearchResult
 from zerotune.search.space import Candidate, busbw_at
-from zerotune.units import DTYPE_BYTES, fmt_bytes, fmt_count, fmt_gib
+from zerotune.units import DTYPE_BYTES, GB, fmt_bytes, fmt_count, fmt_gib
 
 BANDWIDTH_SHARE = 0.10
 """Exposed communication above this share of the step makes bandwidth the binding constraint."""
@@ -428,7 +428,7 @@ def _reduce_reason(result: SearchResult, best: Evaluation, elem: int, block: int
     if bw:
         parts.append(
             f"{fmt_bytes(nbytes)} {cand.precision} reaches {bw[0] / bw[1]:.0%} of the "
-            f"{bw[1] / 1e9:.0f} GB/s peak reduce-scatter busbw on {hw.name}"
+            f"{bw[1] / GB:.0f} GB/s peak reduce-scatter busbw on {hw.name}"
         )
     buckets = max(1, math.ceil(model.params / r))
     if r >= model.params:

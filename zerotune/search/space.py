@@ -34,14 +34,17 @@ from zerotune.schema.workload import Precision, Workload
 DEFAULT_GLOBAL_BATCH_TOKENS = 2**21
 """Target tokens per optimizer step (2,097,152): the middle of the 1-4M range the seeds advise."""
 
-# DeepSpeed 0.19.8 defaults (DEEPSPEED_FACTS §1.2), used for knobs a stage does not read.
-DS_REDUCE_BUCKET = 500_000_000
-DS_ALLGATHER_BUCKET = 500_000_000
-DS_PREFETCH = 50_000_000
-DS_PERSISTENCE = 100_000
-DS_MAX_LIVE = 1_000_000_000
-DS_MAX_REUSE = 1_000_000_000
-DS_SUB_GROUP = 1_000_000_000
+_ZERO_TEMPLATE = ZeroSettings()
+
+# DeepSpeed 0.19.8 defaults as ZeroSettings holds them (DEEPSPEED_FACTS §1.2), used for knobs a
+# stage does not read.
+DS_REDUCE_BUCKET = _ZERO_TEMPLATE.reduce_bucket_size
+DS_ALLGATHER_BUCKET = _ZERO_TEMPLATE.allgather_bucket_size
+DS_PREFETCH = _ZERO_TEMPLATE.prefetch_bucket_size
+DS_PERSISTENCE = _ZERO_TEMPLATE.param_persistence_threshold
+DS_MAX_LIVE = _ZERO_TEMPLATE.max_live_parameters
+DS_MAX_REUSE = _ZERO_TEMPLATE.max_reuse_distance
+DS_SUB_GROUP = _ZERO_TEMPLATE.sub_group_size
 
 BUSBW_TARGET = 0.9
 """A bucket should reach this share of the link's peak bus bandwidth."""
@@ -51,7 +54,6 @@ OffloadChoice = tuple[str, str]
 
 _OFFLOAD_OPT = {d: OffloadOptimizer(device=d) for d in ("none", "cpu", "nvme")}
 _OFFLOAD_PAR = {d: OffloadParam(device=d) for d in ("none", "cpu", "nvme")}
-_ZERO_TEMPLATE = ZeroSettings()
 
 
 @dataclass(frozen=True, slots=True, order=True)
