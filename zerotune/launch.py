@@ -87,7 +87,7 @@ def _cause(path: Path) -> str:
     tail = _tail(path, 40).splitlines()
     for line in reversed(tail):
         head = line.split(":", 1)[0].strip()
-        if head.endswith(("Error", "Exception", "Interrupt")) or head in ("AssertionError", "RuntimeError"):
+        if head.endswith(("Error", "Exception", "Interrupt")):
             return line.strip()
     return tail[-1].strip() if tail else "no output"
 
