@@ -24,7 +24,7 @@ class HostFacts:
 
 
 def parse_cpu_model(cpuinfo: str) -> str | None:
-    """The first 'model name' (x86) or 'Model'/'CPU part' line of /proc/cpuinfo."""
+    """The first 'model name' (x86), 'Model' (Arm, e.g. Grace) or 'cpu model' (MIPS) of /proc/cpuinfo."""
     for key in ("model name", "Model", "cpu model"):
         for line in cpuinfo.splitlines():
             name, sep, value = line.partition(":")
