@@ -19,7 +19,7 @@ from zerotune.catalog.architectures import Architecture, build_model
 from zerotune.catalog.hf_config import parse_hf_config
 from zerotune.errors import InputError
 from zerotune.files import read_json, read_yaml
-from zerotune.schema.model import LayerSpec, ModelSpec
+from zerotune.schema.model import ModelSpec
 
 # ad-hoc models: the Llama-2 shape rules (Touvron et al. 2023, arXiv 2307.09288, Table 1 / config.json)
 ADHOC_HEAD_DIM = 128
@@ -217,29 +217,25 @@ def derive(
         h = heads * d
         f = max(1, round(f * width_scale))
         vocab = max(1, round(vocab * width_scale))
-    vocab = vocab_size or vocab
-    block = (h, h * heads * d, h * kv * d, h * kv * d, heads * d * h, h, h * f, h * f, f * h)
-    spec = [LayerSpec(name="embed", kind="embedding", tensors=(vocab * h,))]
-    spec += [LayerSpec(name=f"layers.{i}", kind="block", tensors=block) for i in range(layers)]
-    spec.append(LayerSpec(name="norm", kind="norm", tensors=(h,)))
-    if not model.tied_embeddings:
-        spec.append(LayerSpec(name="lm_head", kind="head", tensors=(vocab * h,)))
-    return ModelSpec(
+    arch = Architecture(
         name=f"{model.name}/{layers}L/w{width_scale:g}",
-        family="llama-proxy",
+        family="llama",
+        hf_class="LlamaForCausalLM",
         source=model.source,
-        num_layers=layers,
-        hidden_size=h,
-        num_heads=heads,
-        num_kv_heads=kv,
+        layers=layers,
+        hidden=h,
+        heads=heads,
+        kv_heads=kv,
         head_dim=d,
-        ffn_size=f,
-        vocab_size=vocab,
+        ffn=f,
+        vocab=vocab_size or vocab,
         tied_embeddings=model.tied_embeddings,
         gated_mlp=True,
-        max_seq_len=model.max_seq_len,
-        layers=tuple(spec),
+        norm="rmsnorm",
+        position="rope",
+        max_positions=model.max_seq_len,
     )
+    return build_model(arch).model_copy(update={"family": "llama-proxy"})
 
 
 # --- profile files ---------------------------------------------------------------------------
