@@ -73,8 +73,14 @@ def memory_table(rows: Sequence[OffloadRow], *, title: str | None = None) -> Tab
     return table
 
 
-def stacked_bar(b: MemoryBreakdown, scale: float, width: int) -> Text:
-    """A bar of `b.total * scale` cells (at most `width`, then `▶`), one coloured run per part."""
+def legend() -> Text:
+    """One coloured `█ label` per breakdown part."""
+    return Text("  ").join(Text(f"█ {label}", style=colour) for _, label, colour in PARTS)
+
+
+def stacked_bar(b: MemoryBreakdown, scale: float, width: int, *, capacity_at: int | None = None) -> Text:
+    """A bar of `b.total * scale` cells (at most `width`, then `▶`), one coloured run per part;
+    a dim `|` at column `capacity_at` when the bar ends before it."""
     text = Text()
     used = 0.0
     drawn = 0
@@ -86,6 +92,8 @@ def stacked_bar(b: MemoryBreakdown, scale: float, width: int) -> Text:
             drawn += cells
     if used > width:
         text.append("▶", style="bold")
+    if capacity_at is not None and capacity_at >= len(text.plain):
+        text.append(" " * (capacity_at - len(text.plain)) + "|", style="dim")
     return text
 
 
@@ -98,20 +106,15 @@ def memory_chart(rows: Sequence[OffloadRow], *, capacity: int | None = None, wid
     longest = max(r.estimate.per_gpu.total for r in rows)
     full = min(longest, 1.25 * capacity) if capacity else longest
     scale = width / (full or 1)
-    legend = Text("  ").join(Text(f"█ {label}", style=colour) for _, label, colour in PARTS)
     chart = Table.grid(padding=(0, 1))
     chart.add_column(no_wrap=True)
     chart.add_column(no_wrap=True)
     chart.add_column(justify="right", no_wrap=True)
     mark = round(capacity * scale) if capacity else None
     for row in rows:
-        bar = stacked_bar(row.estimate.per_gpu, scale, width)
-        if mark is not None:
-            pad = mark - len(bar.plain)
-            if pad >= 0:
-                bar.append(" " * pad + "|", style="dim")
+        bar = stacked_bar(row.estimate.per_gpu, scale, width, capacity_at=mark)
         chart.add_row(option_label(row), bar, fmt_gib(row.estimate.per_gpu.total))
-    parts: list = [legend, chart]
+    parts: list = [legend(), chart]
     if capacity:
         parts.append(Text(f"| = GPU capacity {fmt_gib(capacity)}", style="dim"))
     return Group(*parts)

@@ -16,7 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from zerotune.dsconfig.emit import get_path, leaf_paths
-from zerotune.render.memory import PARTS, stacked_bar
+from zerotune.render.memory import legend, stacked_bar
 from zerotune.search.rank import Evaluation
 from zerotune.search.recommend import Baseline, Recommendation
 from zerotune.units import fmt_count, fmt_gib
@@ -53,14 +53,9 @@ def memory_bar(ev: Evaluation, width: int = 60) -> Group:
     cap = mem.gpu_capacity_bytes
     full = max(mem.per_gpu.total, cap or 0) or 1
     scale = width / full
-    bar = stacked_bar(mem.per_gpu, scale, width)
-    if cap:
-        pad = round(cap * scale) - len(bar.plain)
-        if pad >= 0:
-            bar.append(" " * pad + "|", style="dim")
-    legend = Text("  ").join(Text(f"█ {label}", style=colour) for _, label, colour in PARTS)
+    bar = stacked_bar(mem.per_gpu, scale, width, capacity_at=round(cap * scale) if cap else None)
     caption = f"{fmt_gib(mem.per_gpu.total)} per GPU" + (f" of {fmt_gib(cap)} (|)" if cap else "")
-    return Group(legend, bar, Text(caption, style="dim"))
+    return Group(legend(), bar, Text(caption, style="dim"))
 
 
 def short_label(ev: Evaluation) -> str:
