@@ -423,7 +423,7 @@ def estimate_memory(
     """
     facts = _facts(model)
     stage = zero.stage
-    n_d = workload.gpus_per_node * workload.nodes
+    n_d = workload.world_size
     precision = workload.precision
     e = DTYPE_BYTES[precision]
     opt_dev = zero.offload_optimizer.device if stage > 0 else "none"
