@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from zerotune.search.space import Candidate
+from zerotune.search.space import STAGE3_KNOBS, Candidate
 
 NVME_PATH_PLACEHOLDER = "/local_nvme"
 """Written for NVMe offload; the reason tells the user to point it at their NVMe mount."""
@@ -76,13 +76,7 @@ def zero_section(cand: Candidate) -> dict[str, Any]:
     if cand.stage in (1, 2):
         section["allgather_bucket_size"] = cand.allgather_bucket_size
     else:
-        for field in (
-            "prefetch_bucket_size",
-            "param_persistence_threshold",
-            "max_live_parameters",
-            "max_reuse_distance",
-            "sub_group_size",
-        ):
+        for field in STAGE3_KNOBS:
             section[ZERO_KEYS[field]] = getattr(cand, field)
         section["stage3_gather_16bit_weights_on_model_save"] = True
     if cand.offload_optimizer != "none":

@@ -43,6 +43,7 @@ from zerotune.search.objective import (
 )
 from zerotune.search.space import (
     DEFAULT_GLOBAL_BATCH_TOKENS,
+    STAGE3_KNOBS,
     Candidate,
     Space,
     choose_precision,
@@ -69,13 +70,6 @@ DESCENT_SEEDS = 2
 DESCENT_WINDOW = 0.10
 """... when their throughput is within this share of the best so far (the secondary knobs move
 the step time by a few percent, not by tens)."""
-SECONDARY = (
-    "prefetch_bucket_size",
-    "param_persistence_threshold",
-    "max_live_parameters",
-    "max_reuse_distance",
-    "sub_group_size",
-)
 
 MemoryFn = Callable[..., Any]
 StepFn = Callable[..., Any]
@@ -507,7 +501,7 @@ def _descend(
     best = evaluate(start)
     for _ in range(2):
         moved = False
-        for name in SECONDARY:
+        for name in STAGE3_KNOBS:
             for value in space.secondary_grid(name):
                 if value == getattr(best.candidate, name):
                     continue

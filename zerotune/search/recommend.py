@@ -12,6 +12,7 @@ from typing import Any
 from zerotune.dsconfig.emit import (
     HF_AUTO_PATHS,
     HF_HIDDEN_SIZE_PATHS,
+    ZERO_KEYS,
     emit_config,
     get_path,
     has_path,
@@ -23,7 +24,7 @@ from zerotune.schema.hardware import HardwareProfile
 from zerotune.schema.model import ModelSpec
 from zerotune.search.explain import Explanation, explain, group_label, signed_pct
 from zerotune.search.rank import Evaluation, SearchRequest, SearchResult, search
-from zerotune.search.space import workload_for
+from zerotune.search.space import STAGE3_KNOBS, workload_for
 from zerotune.units import fmt_gib
 
 JSON_SCHEMA_VERSION = 1
@@ -264,17 +265,7 @@ def candidate_summary(ev: Evaluation) -> dict[str, Any]:
         "reduce_bucket_size": c.reduce_bucket_size,
         "overlap_comm": c.overlap_comm,
         "contiguous_gradients": c.contiguous_gradients,
-        **(
-            {
-                "stage3_prefetch_bucket_size": c.prefetch_bucket_size,
-                "stage3_param_persistence_threshold": c.param_persistence_threshold,
-                "stage3_max_live_parameters": c.max_live_parameters,
-                "stage3_max_reuse_distance": c.max_reuse_distance,
-                "sub_group_size": c.sub_group_size,
-            }
-            if c.stage == 3
-            else {}
-        ),
+        **({ZERO_KEYS[knob]: getattr(c, knob) for knob in STAGE3_KNOBS} if c.stage == 3 else {}),
         "per_gpu_bytes": ev.per_gpu_bytes,
         "fits": ev.fits,
         "step_time_s": ev.step_time_s if ev.step is not None else None,

@@ -46,6 +46,15 @@ DS_MAX_LIVE = _ZERO_TEMPLATE.max_live_parameters
 DS_MAX_REUSE = _ZERO_TEMPLATE.max_reuse_distance
 DS_SUB_GROUP = _ZERO_TEMPLATE.sub_group_size
 
+STAGE3_KNOBS: tuple[str, ...] = (
+    "prefetch_bucket_size",
+    "param_persistence_threshold",
+    "max_live_parameters",
+    "max_reuse_distance",
+    "sub_group_size",
+)
+"""Candidate fields that only stage 3 reads, in the order they are emitted and searched."""
+
 BUSBW_TARGET = 0.9
 """A bucket should reach this share of the link's peak bus bandwidth."""
 
