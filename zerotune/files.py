@@ -46,8 +46,11 @@ def write_atomic(path: str | os.PathLike[str], text: str, *, force: bool = False
     target = Path(path)
     if target.exists() and not force:
         raise InputError(f"{target} already exists", hint="pass --force to overwrite it")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    except OSError as exc:
+        raise _unwritable(target, exc) from None
     try:
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it 0600; give it an ordinary file's mode
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
@@ -55,10 +58,18 @@ def write_atomic(path: str | os.PathLike[str], text: str, *, force: bool = False
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, target)
-    except BaseException:
+    except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise _unwritable(target, exc) from None
         raise
     return target
+
+
+def _unwritable(target: Path, exc: OSError) -> InputError:
+    """A full disk, a read-only folder or a file where a folder should be: the user's to fix."""
+    where = f" ({exc.filename})" if exc.filename and Path(exc.filename) in target.parents else ""
+    return InputError(f"cannot write {target}: {exc.strerror or exc}{where}")
 
 
 def _umask() -> int:

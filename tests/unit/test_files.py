@@ -53,3 +53,15 @@ def test_unreadable_files_are_input_errors(tmp_path: Path) -> None:
         read_yaml(binary)
     with pytest.raises(InputError, match="cannot read"):
         read_json(tmp_path / "missing.json")
+
+
+def test_unwritable_targets_are_input_errors(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(InputError, match=r"cannot write .*file/ds.json"):
+        write_atomic(blocker / "ds.json", "{}")  # a file where the folder should be
+    folder = tmp_path / "taken.json"
+    folder.mkdir()
+    with pytest.raises(InputError, match="cannot write"):
+        write_atomic(folder, "{}", force=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file", "taken.json"]  # no temporary left behind
