@@ -76,7 +76,7 @@ def command(
     if distributed:
         from zerotune.probe.distributed import run_distributed
 
-        outcome = run_distributed(options, notice=lambda m: err.print(f"[yellow]note:[/] {m}"))
+        outcome = run_distributed(options, notice=_notice(err))
         if outcome is None:  # not rank 0: rank 0 reports for everyone
             return
     else:
@@ -92,6 +92,13 @@ def command(
         if out:
             err.print(f"profile written to {out}")
     _check(outcome, min_busbw, err)
+
+
+def _notice(console: Any) -> Any:
+    """Print a probe notice; its text (paths, driver messages) is not Rich markup."""
+    from rich.markup import escape
+
+    return lambda message: console.print(f"[yellow]note:[/] {escape(message)}")
 
 
 def _run_with_progress(options: Any, run_probe: Any, err: Any) -> Any:
@@ -114,9 +121,7 @@ def _run_with_progress(options: Any, run_probe: Any, err: Any) -> Any:
             if rank == 0 and phase in STEPS:
                 progress.update(bar, completed=STEPS.index(phase), description=f"probe: {step}")
 
-        return run_probe(
-            options, notice=lambda m: progress.console.print(f"[yellow]note:[/] {m}"), on_step=on_step
-        )
+        return run_probe(options, notice=_notice(progress.console), on_step=on_step)
 
 
 def _json(outcome: Any) -> dict[str, Any]:
