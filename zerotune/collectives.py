@@ -23,7 +23,13 @@ import math
 from typing import Literal
 
 Collective = Literal["all_gather", "reduce_scatter", "all_reduce", "all_to_all", "broadcast"]
-COLLECTIVES: tuple[Collective, ...] = ("all_gather", "reduce_scatter", "all_reduce", "all_to_all", "broadcast")
+COLLECTIVES: tuple[Collective, ...] = (
+    "all_gather",
+    "reduce_scatter",
+    "all_reduce",
+    "all_to_all",
+    "broadcast",
+)
 
 
 def busbw_factor(op: Collective, n: int) -> float:
@@ -89,11 +95,11 @@ def fit_alpha_beta(op: Collective, n: int, samples: list[tuple[float, float]]) -
     ys = [t for _, t in samples]
     mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
     sxx = sum((x - mx) ** 2 for x in xs)
-    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx if sxx else 0.0
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx if sxx else 0.0
     if slope <= 0:
         return max(min(ys), 0.0), math.inf
     alpha = my - slope * mx
     if alpha < 0:  # refit through the origin: a negative latency is not physical
         alpha = 0.0
-        slope = sum(x * y for x, y in zip(xs, ys)) / sum(x * x for x in xs)
+        slope = sum(x * y for x, y in zip(xs, ys, strict=True)) / sum(x * x for x in xs)
     return alpha, 1.0 / slope
