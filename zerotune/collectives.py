@@ -20,16 +20,10 @@ from __future__ import annotations
 
 import bisect
 import math
-from typing import Literal
+from typing import Literal, get_args
 
 Collective = Literal["all_gather", "reduce_scatter", "all_reduce", "all_to_all", "broadcast"]
-COLLECTIVES: tuple[Collective, ...] = (
-    "all_gather",
-    "reduce_scatter",
-    "all_reduce",
-    "all_to_all",
-    "broadcast",
-)
+COLLECTIVES: tuple[Collective, ...] = get_args(Collective)
 
 
 def busbw_factor(op: Collective, n: int) -> float:
