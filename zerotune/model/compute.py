@@ -49,6 +49,15 @@ class LayerFlops:
     def forward_flops(self, tokens: int, seq_len: int) -> float:
         return tokens * (self.matmul_flops + self.attention_flops_per_seq * seq_len)
 
+    def training_flops(self, tokens: int, seq_len: int, *, recompute: bool = False) -> float:
+        """Forward + backward (2x forward), plus one more forward when recomputing (checkpointing)."""
+        return (4 if recompute else 3) * self.forward_flops(tokens, seq_len)
+
+
+def dense_block_flops(matrix_params: int, heads: int, head_dim: int, *, name: str = "block") -> LayerFlops:
+    """One transformer block: 2 FLOPs per matrix parameter plus 4·H·Q attention FLOPs per position."""
+    return LayerFlops(name, "block", 2.0 * max(matrix_params, 0), 4.0 * heads * head_dim)
+
 
 def _is_matrix(numel: int, model: ModelSpec) -> bool:
     """Norm weights and biases are vectors no longer than the widest activation; matrices are larger."""
@@ -78,10 +87,11 @@ def layer_flops(model: ModelSpec, layer: LayerSpec) -> LayerFlops:
     if layer.kind == "norm":
         return LayerFlops(layer.name, layer.kind, 0.0, 0.0)
     matrices = sum(t for t in layer.tensors if _is_matrix(t, model)) - _idle_expert_params(model)
-    attention = 4.0 * model.num_heads * model.head_dim
+    block = dense_block_flops(matrices, model.num_heads, model.head_dim, name=layer.name)
+    attention = block.attention_flops_per_seq
     if layer.kind == "decoder_block" and model.family == "t5":
         attention *= 2  # self-attention and cross-attention
-    return LayerFlops(layer.name, layer.kind, 2.0 * max(matrices, 0), attention)
+    return LayerFlops(layer.name, layer.kind, block.matmul_flops, attention)
 
 
 def model_flops(model: ModelSpec) -> tuple[LayerFlops, ...]:
@@ -90,18 +100,15 @@ def model_flops(model: ModelSpec) -> tuple[LayerFlops, ...]:
 
 def forward_flops_per_token(model: ModelSpec, seq_len: int) -> float:
     """2·N_matmul + 4·L·s·H·Q: the forward FLOPs of one token through the whole model."""
-    return sum(f.matmul_flops + f.attention_flops_per_seq * seq_len for f in model_flops(model))
+    return sum(f.forward_flops(1, seq_len) for f in model_flops(model))
 
 
 def training_flops_per_token(model: ModelSpec, seq_len: int, *, recompute: bool = False) -> float:
     """Forward + backward (3x forward), plus one more forward of the blocks when recomputing."""
-    fwd = model_flops(model)
-    total = 3 * sum(f.matmul_flops + f.attention_flops_per_seq * seq_len for f in fwd)
-    if recompute:
-        total += sum(
-            f.matmul_flops + f.attention_flops_per_seq * seq_len for f in fwd if f.kind.endswith("block")
-        )
-    return total
+    return sum(
+        f.training_flops(1, seq_len, recompute=recompute and f.kind.endswith("block"))
+        for f in model_flops(model)
+    )
 
 
 def achieved_flops(hardware: HardwareProfile, precision: str) -> tuple[float, str]:

@@ -631,7 +631,7 @@ def _compute_times(prep: _Prepared, workload: Workload, hardware: HardwareProfil
         f = layer.flops.forward_flops(tokens, workload.seq_len) / flops_per_s
         fwd.append(f)
         bwd.append(2 * f + (f if workload.activation_checkpointing and layer.is_block else 0.0))
-    model_flops_per_token = sum(3 * layer.flops.forward_flops(1, workload.seq_len) for layer in prep.layers)
+    model_flops_per_token = sum(layer.flops.training_flops(1, workload.seq_len) for layer in prep.layers)
     value = (tuple(fwd), tuple(bwd), sum(fwd), sum(bwd), source, model_flops_per_token)
     if len(_TIMES) > 4096:
         _TIMES.clear()

@@ -12,6 +12,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from zerotune.model.compute import dense_block_flops
 from zerotune.units import MiB
 
 
@@ -30,6 +31,12 @@ class BlockShape:
     @property
     def head_dim(self) -> int:
         return self.hidden // self.heads
+
+    @property
+    def matrix_params(self) -> int:
+        """Weights of block_step's matrices: QKV h x (h + 2·kv_dim), output h x h, MLP 2 or 3 of h x f."""
+        h, kv_dim = self.hidden, self.kv_heads * self.head_dim
+        return h * (h + 2 * kv_dim) + h * h + (3 if self.gated else 2) * h * self.ffn
 
     def describe(self) -> str:
         mlp = "gated" if self.gated else "plain"
@@ -74,20 +81,12 @@ def shape_for(model: Any | None, on_gpu: bool) -> BlockShape:
 
 
 def block_flops(shape: BlockShape) -> float:
-    """Matmul FLOPs of one block's forward + backward pass.
-
-    Forward, for T = batch*seq tokens: QKV 2*T*h*(h + 2*kv_dim), output projection 2*T*h^2, MLP
-    2*T*h*f per matrix (3 matrices gated, 2 plain), attention scores and values 2 * 2*b*s^2*h
-    (full, not causal-halved, as the usual MFU accounting does). Backward costs twice the forward
-    (a gradient for the input and one for the weights). With kv_dim = h and a plain 4h MLP this is
-    Megatron-LM's 72*b*s*h^2*(1 + s/(6h)) per layer (Narayanan et al. 2021, arXiv:2104.04473 §5.1).
-    """
-    tokens = shape.batch * shape.seq
-    h, kv_dim = shape.hidden, shape.kv_heads * shape.head_dim
-    mlp_mats = 3 if shape.gated else 2
-    forward = 2 * tokens * (h * (h + 2 * kv_dim) + h * h + mlp_mats * h * shape.ffn)
-    forward += 4 * shape.batch * shape.seq**2 * h
-    return 3.0 * forward
+    """FLOPs of one block's forward + backward pass, counted by zerotune.model.compute (full
+    attention, not causal-halved, as the usual MFU accounting does). With kv_dim = h and a plain 4h
+    MLP this is Megatron-LM's 72*b*s*h^2*(1 + s/(6h)) per layer (Narayanan et al. 2021,
+    arXiv:2104.04473 §5.1)."""
+    flops = dense_block_flops(shape.matrix_params, shape.heads, shape.head_dim)
+    return flops.training_flops(shape.batch * shape.seq, shape.seq)
 
 
 def _sync(torch: Any, device: Any) -> None:
