@@ -38,9 +38,7 @@ from dataclasses import dataclass
 
 from zerotune.collectives import Collective, alpha_beta_time, busbw_factor, interpolate_busbw
 from zerotune.schema.hardware import HardwareProfile, LinkClass
-
-ENGINE_ALLREDUCE_ELEMENTS = 500_000_000
-"""deepspeed/runtime/engine.py MEMORY_OPT_ALLREDUCE_SIZE: stage-0 gradient all-reduce buffer."""
+from zerotune.units import GB
 
 LINK_EFFICIENCY = 0.8
 """busbw / nominal link bandwidth assumed when a profile quotes only the link's nominal bandwidth.
@@ -156,15 +154,13 @@ def link_model(link: LinkClass | None) -> tuple[LinkModel, str | None]:
         bw = link.nominal_Bps * LINK_EFFICIENCY
         bws = {op: bw for op in ops}
         alphas = {op: default_alpha for op in ops}
-        source = f"{link.kind}: nominal {link.nominal_Bps / 1e9:.0f} GB/s x {LINK_EFFICIENCY:.0%} (no measured collectives)"
+        source = f"{link.kind}: nominal {link.nominal_Bps / GB:.0f} GB/s x {LINK_EFFICIENCY:.0%} (no measured collectives)"
         note = f"collective times assume {LINK_EFFICIENCY:.0%} of {link.kind}'s nominal bandwidth; probe for measured numbers"
     else:
         bws = {op: FALLBACK_BUSBW_Bps for op in ops}
         alphas = {op: default_alpha for op in ops}
-        source = f"no link numbers; assumed {FALLBACK_BUSBW_Bps / 1e9:.0f} GB/s busbw"
-        note = (
-            f"the profile has no link numbers: collectives assume {FALLBACK_BUSBW_Bps / 1e9:.0f} GB/s busbw"
-        )
+        source = f"no link numbers; assumed {FALLBACK_BUSBW_Bps / GB:.0f} GB/s busbw"
+        note = f"the profile has no link numbers: collectives assume {FALLBACK_BUSBW_Bps / GB:.0f} GB/s busbw"
     del kind
     return LinkModel(alphas, bws, curves, source), note
 

@@ -38,8 +38,9 @@ import math
 from dataclasses import dataclass, field
 
 from zerotune.dsconfig.settings import ZeroSettings
-from zerotune.model.comm import ENGINE_ALLREDUCE_ELEMENTS, CommCost, fill_buckets, persistent_flags
+from zerotune.model.comm import CommCost, fill_buckets, persistent_flags
 from zerotune.model.compute import LayerFlops, achieved_flops, model_flops, peak_flops
+from zerotune.model.memory import STAGE0_ALLREDUCE_ELEMENTS
 from zerotune.schema.hardware import HardwareProfile
 from zerotune.schema.model import ModelSpec
 from zerotune.schema.workload import Workload
@@ -358,7 +359,7 @@ def _micro_step(s: _Setup, tl: _Timeline, boundary: bool, mi: int) -> None:
     if s.stage == 0:
         total, k = s.prep.params, 0
         while total > 0:
-            chunk = min(total, ENGINE_ALLREDUCE_ELEMENTS)
+            chunk = min(total, STAGE0_ALLREDUCE_ELEMENTS)
             k += 1
             _reduce(s, tl, "all_reduce", chunk, k, "step", False)
             total -= chunk

@@ -11,7 +11,7 @@ from zerotune.lint.context import Context
 from zerotune.lint.diagnostic import Diagnostic, Severity
 from zerotune.lint.rule import Rule
 from zerotune.lint.rules.resources import hardware, model
-from zerotune.units import fmt_bytes, fmt_count
+from zerotune.units import DTYPE_BYTES, fmt_bytes, fmt_count
 
 MANY_COLLECTIVES = 1000
 """Reduce buckets per step above which launch latency dominates (NCCL ~10–50 µs per call)."""
@@ -359,7 +359,7 @@ class OverlapBufferMemory(Rule):
         if not overlap or hw is None or not hw.memory_bytes:
             return
         key, bucket = ctx.zero_value("reduce_bucket_size")
-        elem = 4 if ctx.precision == "fp32" else 2
+        elem = DTYPE_BYTES[ctx.precision]
         need = 3 * bucket * elem
         if need > BUFFER_SHARE * hw.memory_bytes:
             yield self.emit(
