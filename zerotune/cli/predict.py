@@ -168,21 +168,17 @@ def command(
 
 def payload(spec, hardware, workload, resolved, memory, estimate) -> dict[str, Any]:
     """The --json document (also what scripts read)."""
+    from dataclasses import asdict
+
+    from zerotune.model.step import step_summary
+
     b = memory.per_gpu
     return {
         "model": {"name": spec.name, "params": spec.params},
         "profile": hardware.name,
         "workload": workload.model_dump() | {"world_size": workload.world_size},
         "zero": resolved.zero.model_dump(mode="json"),
-        "step_time_s": estimate.step_time_s,
-        "tokens_per_s": estimate.tokens_per_s,
-        "mfu": estimate.mfu,
-        "compute_s": estimate.compute_s,
-        "comm_s": estimate.comm_s,
-        "exposed_comm_s": estimate.exposed_comm_s,
-        "optimizer_s": estimate.optimizer_s,
-        "offload_s": estimate.offload_s,
-        "bottleneck": estimate.bottleneck,
+        **step_summary(estimate),
         "memory": {
             "per_gpu_bytes": b.total,
             "fits": memory.fits,
@@ -190,14 +186,7 @@ def payload(spec, hardware, workload, resolved, memory, estimate) -> dict[str, A
             "headroom_bytes": memory.headroom_bytes,
             "cpu_bytes_per_node": memory.cpu_bytes_per_node,
             "nvme_bytes_per_node": memory.nvme_bytes_per_node,
-            "breakdown": {
-                "params": b.params,
-                "gradients": b.gradients,
-                "optimizer_states": b.optimizer_states,
-                "comm_buffers": b.comm_buffers,
-                "activations": b.activations,
-                "overhead": b.overhead,
-            },
+            "breakdown": asdict(b),
         },
         "collectives": [
             {

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 from zerotune.dsconfig.settings import ZeroSettings
 from zerotune.model.comm import CommCost, fill_buckets, persistent_flags
@@ -117,6 +118,21 @@ class StepEstimate:
     events: tuple[Event, ...] = ()
     collectives: tuple[CollectiveCall, ...] = ()
     notes: tuple[str, ...] = ()
+
+
+def step_summary(estimate: StepEstimate) -> dict[str, Any]:
+    """The headline numbers of a step estimate for --json output (predict and recommend)."""
+    return {
+        "step_time_s": estimate.step_time_s,
+        "tokens_per_s": estimate.tokens_per_s,
+        "mfu": estimate.mfu,
+        "compute_s": estimate.compute_s,
+        "comm_s": estimate.comm_s,
+        "exposed_comm_s": estimate.exposed_comm_s,
+        "optimizer_s": estimate.optimizer_s,
+        "offload_s": estimate.offload_s,
+        "bottleneck": estimate.bottleneck,
+    }
 
 
 # --------------------------------------------------------------------------- per-model preparation

@@ -20,6 +20,7 @@ from zerotune.dsconfig.emit import (
 )
 from zerotune.dsconfig.hf_auto import BASELINES, hf_hidden_size_values
 from zerotune.errors import InputError
+from zerotune.model.step import step_summary
 from zerotune.schema.hardware import HardwareProfile
 from zerotune.schema.model import ModelSpec
 from zerotune.search.explain import Explanation, explain, group_label, signed_pct
@@ -306,15 +307,7 @@ def to_json(
         "binding_constraint": {"kind": rec.explanation.binding, "detail": rec.explanation.binding_detail},
         "activation_checkpointing": best.candidate.checkpointing,
         "predicted": {
-            "step_time_s": step.step_time_s,
-            "tokens_per_s": step.tokens_per_s,
-            "mfu": step.mfu,
-            "compute_s": step.compute_s,
-            "comm_s": step.comm_s,
-            "exposed_comm_s": step.exposed_comm_s,
-            "optimizer_s": step.optimizer_s,
-            "offload_s": step.offload_s,
-            "bottleneck": step.bottleneck,
+            **step_summary(step),
             "usd_per_billion_tokens": r.cost(best),
             "memory": {
                 "per_gpu_bytes": b.total,
