@@ -15,14 +15,14 @@ from rich.text import Text
 from zerotune.model.memory import MemoryBreakdown, OffloadRow
 from zerotune.units import fmt_gib
 
-# breakdown field, column/legend label, colour
-PARTS: tuple[tuple[str, str, str], ...] = (
-    ("params", "Params", "cyan"),
-    ("gradients", "Grads", "green"),
-    ("optimizer_states", "Optim", "magenta"),
-    ("comm_buffers", "Buffers", "yellow"),
-    ("activations", "Activ", "blue"),
-    ("overhead", "Other", "red"),
+# breakdown field, column/legend label, colour, name in a breakdown table's rows
+PARTS: tuple[tuple[str, str, str, str], ...] = (
+    ("params", "Params", "cyan", "parameters"),
+    ("gradients", "Grads", "green", "gradients"),
+    ("optimizer_states", "Optim", "magenta", "optimizer states"),
+    ("comm_buffers", "Buffers", "yellow", "communication buffers"),
+    ("activations", "Activ", "blue", "activations"),
+    ("overhead", "Other", "red", "framework overhead"),
 )
 
 
@@ -53,7 +53,7 @@ def memory_table(rows: Sequence[OffloadRow], *, title: str | None = None) -> Tab
         caption_justify="left",
     )
     table.add_column("Option", no_wrap=True)
-    for _, label, colour in PARTS:
+    for _, label, colour, _ in PARTS:
         table.add_column(label, justify="right", style=colour, no_wrap=True)
     table.add_column("Total", justify="right", style="bold", no_wrap=True)
     table.add_column("Host", justify="right", no_wrap=True)
@@ -64,7 +64,7 @@ def memory_table(rows: Sequence[OffloadRow], *, title: str | None = None) -> Tab
         b = est.per_gpu
         table.add_row(
             option_label(row),
-            *(fmt_gib(getattr(b, field), unit=False) for field, _, _ in PARTS),
+            *(fmt_gib(getattr(b, field), unit=False) for field, _, _, _ in PARTS),
             fmt_gib(b.total, unit=False),
             fmt_gib(est.cpu_bytes_per_node, unit=False),
             fmt_gib(est.nvme_bytes_per_node, unit=False),
@@ -75,7 +75,7 @@ def memory_table(rows: Sequence[OffloadRow], *, title: str | None = None) -> Tab
 
 def legend() -> Text:
     """One coloured `█ label` per breakdown part."""
-    return Text("  ").join(Text(f"█ {label}", style=colour) for _, label, colour in PARTS)
+    return Text("  ").join(Text(f"█ {label}", style=colour) for _, label, colour, _ in PARTS)
 
 
 def stacked_bar(b: MemoryBreakdown, scale: float, width: int, *, capacity_at: int | None = None) -> Text:
@@ -84,7 +84,7 @@ def stacked_bar(b: MemoryBreakdown, scale: float, width: int, *, capacity_at: in
     text = Text()
     used = 0.0
     drawn = 0
-    for field, _, colour in PARTS:
+    for field, _, colour, _ in PARTS:
         used += getattr(b, field) * scale
         cells = min(width, round(used)) - drawn
         if cells > 0:

@@ -10,6 +10,7 @@ from rich.table import Table
 
 from zerotune.model.memory import MemoryEstimate
 from zerotune.model.step import StepEstimate
+from zerotune.render.memory import PARTS
 from zerotune.units import fmt_bytes, fmt_seconds
 
 # one character per kind of work, on the row of the stream that runs it
@@ -35,14 +36,8 @@ def memory_breakdown_table(memory: MemoryEstimate, *, title: str | None = None) 
     table.add_column("share", justify="right")
     b = memory.per_gpu
     total = b.total or 1
-    for name, value in (
-        ("parameters", b.params),
-        ("gradients", b.gradients),
-        ("optimizer states", b.optimizer_states),
-        ("communication buffers", b.comm_buffers),
-        ("activations", b.activations),
-        ("framework overhead", b.overhead),
-    ):
+    for field, _, _, name in PARTS:
+        value = getattr(b, field)
         table.add_row(name, fmt_bytes(value), f"{value / total:.0%}")
     table.add_section()
     table.add_row("total", fmt_bytes(b.total), "")
