@@ -3,7 +3,6 @@ per-bucket and per-layer times (zerotune.bench.run_bench does the work)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -20,23 +19,16 @@ HELP = (
 def _load_config(path: str | None, stage: int | None) -> dict[str, Any]:
     if path is None:
         return {"zero_optimization": {"stage": 2 if stage is None else stage}}
+    from zerotune.dsconfig.load import read_config
+    from zerotune.files import read_yaml
+
     file = Path(path).expanduser()
-    if not file.is_file():
-        raise InputError(f"DeepSpeed config {path} not found", hint="pass the path of a JSON/HJSON/YAML file")
-    text = file.read_text(encoding="utf-8")
-    try:
-        if file.suffix.lower() in (".yaml", ".yml"):
-            import yaml
-
-            data = yaml.safe_load(text) or {}
-        else:
-            import hjson
-
-            data = json.loads(json.dumps(hjson.loads(text)))  # hjson's OrderedDicts -> plain dicts
-    except Exception as exc:
-        raise InputError(f"{path}: not a readable DeepSpeed config ({type(exc).__name__}: {exc})") from None
-    if not isinstance(data, dict):
-        raise InputError(f"{path}: the config must be a JSON object")
+    if file.suffix.lower() not in (".yaml", ".yml"):
+        data = read_config(file)
+    elif not file.is_file():
+        raise InputError(f"DeepSpeed config {path} not found", hint="check the path")
+    elif not isinstance(data := read_yaml(file) or {}, dict):
+        raise InputError(f"{path}: a DeepSpeed config must be a JSON object, got {type(data).__name__}")
     if stage is not None:
         zero = data.get("zero_optimization")
         data["zero_optimization"] = {**(zero if isinstance(zero, dict) else {}), "stage": stage}

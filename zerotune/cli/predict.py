@@ -7,7 +7,6 @@ the memory model (zerotune.model.memory) and the step-time model (zerotune.model
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -16,24 +15,6 @@ from zerotune.errors import InputError
 
 NAME = "predict"
 HELP = "Predict per-GPU memory and step time (breakdown, bottleneck, timeline) of a DeepSpeed config."
-
-
-def read_config(path: str) -> dict[str, Any]:
-    """A DeepSpeed config file loaded with hjson, as DeepSpeedConfig does; errors name line:col."""
-    import hjson
-
-    file = Path(path)
-    if not file.is_file():
-        raise InputError(f"config file {path} not found", hint="check the path")
-    try:
-        data = hjson.loads(file.read_text(encoding="utf-8"))
-    except hjson.HjsonDecodeError as exc:
-        raise InputError(f"{path}:{exc.lineno}:{exc.colno}: not valid JSON/hjson: {exc.msg}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read {path}: {exc}") from None
-    if not isinstance(data, dict):
-        raise InputError(f"{path}: a DeepSpeed config must be a JSON object, got {type(data).__name__}")
-    return dict(data)
 
 
 def batch_triple(
@@ -98,6 +79,7 @@ def command(
 ) -> None:
     from zerotune.catalog.hardware import DEFAULT_PROFILE, load_profile, with_counts
     from zerotune.catalog.models import load_model
+    from zerotune.dsconfig.load import read_config
     from zerotune.dsconfig.settings import resolve
     from zerotune.model.memory import estimate_memory
     from zerotune.model.step import predict_step

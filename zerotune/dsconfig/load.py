@@ -118,6 +118,23 @@ def load_path(path: str | Path) -> LoadedConfig:
     return load_text(text, name)
 
 
+def read_config(path: str | Path) -> dict[str, Any]:
+    """The data DeepSpeed would get from a config file (JSON, or hjson's comments and trailing commas).
+    A missing file, bad syntax or a non-object is a one-line InputError naming path:line:col."""
+    if str(path) != "-" and not Path(path).is_file():
+        raise InputError(f"DeepSpeed config {path} not found", hint="check the path")
+    loaded = load_path(path)
+    if not loaded.parsed:
+        issue = loaded.issues[0]
+        line, col = loaded.position(issue.offset)
+        where = f"{path}:{line}:{col}" if line is not None else str(path)
+        raise InputError(f"{where}: not valid JSON/hjson: {issue.message}")
+    if not isinstance(loaded.data, dict):
+        kind = type(loaded.data).__name__
+        raise InputError(f"{path}: a DeepSpeed config must be a JSON object, got {kind}")
+    return loaded.data
+
+
 class _Duplicates:
     """object_pairs_hook that records duplicate keys instead of failing (DeepSpeed raises on them)."""
 
