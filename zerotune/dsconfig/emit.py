@@ -24,6 +24,7 @@ from typing import Any
 
 import yaml
 
+from zerotune.dsconfig.settings import ALIASES
 from zerotune.search.space import STAGE3_KNOBS, Candidate
 
 NVME_PATH_PLACEHOLDER = "/local_nvme"
@@ -36,15 +37,18 @@ OPTIMIZER_PARAMS: dict[str, Any] = {"lr": 3e-4, "betas": [0.9, 0.95], "eps": 1e-
 
 # Candidate field -> key in zero_optimization (stage-3 knobs under their stage3_* alias).
 ZERO_KEYS: dict[str, str] = {
-    "overlap_comm": "overlap_comm",
-    "contiguous_gradients": "contiguous_gradients",
-    "reduce_bucket_size": "reduce_bucket_size",
-    "allgather_bucket_size": "allgather_bucket_size",
-    "prefetch_bucket_size": "stage3_prefetch_bucket_size",
-    "param_persistence_threshold": "stage3_param_persistence_threshold",
-    "max_live_parameters": "stage3_max_live_parameters",
-    "max_reuse_distance": "stage3_max_reuse_distance",
-    "sub_group_size": "sub_group_size",
+    field: ALIASES.get(field, (field,))[0]
+    for field in (
+        "overlap_comm",
+        "contiguous_gradients",
+        "reduce_bucket_size",
+        "allgather_bucket_size",
+        "prefetch_bucket_size",
+        "param_persistence_threshold",
+        "max_live_parameters",
+        "max_reuse_distance",
+        "sub_group_size",
+    )
 }
 
 HF_AUTO_PATHS: tuple[str, ...] = (

@@ -83,7 +83,7 @@ class ResolvedConfig(BaseModel):
 
 
 # field name -> accepted spellings, the stage3_* alias first where DeepSpeed has one
-_ALIASES = {
+ALIASES = {
     "prefetch_bucket_size": ("stage3_prefetch_bucket_size", "prefetch_bucket_size"),
     "param_persistence_threshold": ("stage3_param_persistence_threshold", "param_persistence_threshold"),
     "model_persistence_threshold": ("stage3_model_persistence_threshold", "model_persistence_threshold"),
@@ -132,7 +132,7 @@ def _clean(section: Any, model: type[BaseModel]) -> dict[str, Any]:
         return {}
     out: dict[str, Any] = {}
     for name, field in model.model_fields.items():
-        spellings = _ALIASES.get(name, (name,))
+        spellings = ALIASES.get(name, (name,))
         for key in spellings:
             if key in section and not _is_auto(section[key]):
                 raw = section[key]
