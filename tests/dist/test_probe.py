@@ -53,6 +53,9 @@ def test_profile_file_is_what_recommend_needs(probed) -> None:
     assert profile.compute.overlap_slowdown is not None and profile.compute.overlap_slowdown >= 1
     assert profile.host.cpu_adam_params_per_s > 0
     assert "measured by zerotune probe" in profile.compute.source
+    # a CPU host: every rank computed at once, so the numbers are what one of 2 ranks gets
+    assert "2 ranks computing concurrently" in profile.compute.measured_shape
+    assert "2 ranks computing concurrently" in profile.compute.source
     # every probe refreshes the cache that recommend reuses
     assert load_profile(str(folder / "cache" / "last-probe.yaml")) == profile
 
@@ -72,6 +75,27 @@ def test_sweep_sanity(probed) -> None:
     profile = load_profile(str(folder / "p.yaml"))
     for perf in profile.intra_node.collectives.values():
         assert perf.alpha_s >= 0 and perf.busbw_Bps > 0 and len(perf.curve) == len(rows)
+
+
+def test_cpu_ranks_all_run_the_compute_benchmarks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On gloo every rank times the block and CPU Adam (with its share of the cores, all at once);
+    the profile holds the median over the ranks."""
+    from zerotune.probe import runner
+
+    seen: list[list[dict]] = []
+    real = runner.merge_compute
+    monkeypatch.setattr(runner, "merge_compute", lambda results: seen.append(results) or real(results))
+    outcome = run_probe(ProbeOptions(nproc=2, quick=True, timeout_s=120))
+    if outcome.gpus is not None:
+        pytest.skip("this host has an NVIDIA GPU: rank 0 computes alone there")
+    (results,) = seen
+    computes = [r["compute"] for r in results]
+    assert [c["concurrent_ranks"] for c in computes] == [2, 2]
+    flops = [c["block"]["flops"] for c in computes]
+    adam = [c["adam"]["params_per_s"] for c in computes]
+    assert all(f > 1e8 for f in flops) and all(a > 0 for a in adam)
+    assert outcome.profile.compute.achieved_flops["fp32"] == pytest.approx(sum(flops) / 2)
+    assert outcome.profile.host.cpu_adam_params_per_s == pytest.approx(sum(adam) / 2)
 
 
 def test_no_gpu_notice_on_stderr(probed) -> None:

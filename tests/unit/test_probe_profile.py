@@ -15,7 +15,7 @@ from zerotune.hw.host import HostFacts, parse_cpu_model, parse_meminfo
 from zerotune.hw.nvml import read_gpus
 from zerotune.hw.nvml_replay import ReplayNvml
 from zerotune.probe.metrics import SWEPT, size_sweep
-from zerotune.probe.profile import build_profile, merge_sweep
+from zerotune.probe.profile import build_profile, merge_compute, merge_sweep
 from zerotune.probe.runner import catalog_gpu
 from zerotune.render import probe as view
 
@@ -40,6 +40,38 @@ def _results(n: int, backend: str, busbw: float = 1e9, wrong: int = 0, elem: int
 
 COMPUTE = {"shape": "block h=512", "block": {"dtype": "fp32", "flops": 2.5e10, "seconds": 0.01, "iters": 5},
            "adam": {"params_per_s": 2e8, "params": 8_000_000}}  # fmt: skip
+
+
+def _rank_compute(flops: float, adam: float, ranks: int | None) -> dict:
+    out = {"shape": "block h=512", "block": {"dtype": "fp32", "flops": flops, "seconds": 1e9 / flops, "iters": 5},
+           "adam": {"params_per_s": adam, "params": 8_000_000}}  # fmt: skip
+    return out if ranks is None else {**out, "concurrent_ranks": ranks}
+
+
+def test_concurrent_cpu_ranks_give_the_median_per_rank() -> None:
+    """Every CPU rank measured at once: the profile gets the median rank, and says so."""
+    results = [{"rank": r, "compute": _rank_compute(f, a, 3)} for r, (f, a) in
+               enumerate([(3e10, 1e8), (1e10, 3e8), (2e10, 2e8)])]  # fmt: skip
+    merged = merge_compute(results)
+    assert merged["block"]["flops"] == 2e10 and merged["adam"]["params_per_s"] == 2e8
+    assert merged["block"]["per_rank_flops"] == [3e10, 1e10, 2e10]
+    assert merged["shape"] == "block h=512, per rank with 3 ranks computing concurrently"
+    intra = merge_sweep(_results(3, "gloo"), "fp32")
+    profile = build_profile(name="p", date="2026-11-22", dtype="fp32", host=HOST, intra=intra,
+                            compute=merged, overlap=None)  # fmt: skip
+    assert profile.compute.achieved_flops == {"fp32": 2e10} and profile.host.cpu_adam_params_per_s == 2e8
+    assert "3 ranks computing concurrently" in profile.compute.measured_shape
+    assert "3 ranks computing concurrently" in profile.compute.source
+
+
+def test_rank_zero_alone_is_taken_as_is() -> None:
+    """A GPU host: only rank 0 measured (no concurrency), its numbers pass through unchanged."""
+    alone = _rank_compute(2.5e10, 2e8, None)
+    assert merge_compute([{"rank": 0, "compute": alone}, {"rank": 1}]) == alone
+    assert merge_compute([{"rank": 0}, {"rank": 1}]) is None
+    profile = build_profile(name="p", date="2026-11-22", dtype="fp32", host=HOST,
+                            intra=merge_sweep(_results(2, "gloo"), "fp32"), compute=alone, overlap=None)  # fmt: skip
+    assert "concurrently" not in profile.compute.source
 
 
 def test_cpu_profile_has_the_fields_recommend_needs(tmp_path) -> None:

@@ -22,7 +22,7 @@ from zerotune.errors import InputError, MissingDependency
 from zerotune.hw import disk as disk_test
 from zerotune.hw.host import read_host
 from zerotune.hw.nvml import GpuReport, NvmlUnavailable, read_gpus
-from zerotune.probe.profile import ProbeOutcome, build_profile, merge_sweep
+from zerotune.probe.profile import ProbeOutcome, build_profile, merge_compute, merge_sweep
 from zerotune.probe.runner import ProbeOptions, build_task, catalog_gpu, model_for, plan
 from zerotune.units import MiB
 
@@ -105,7 +105,7 @@ def run_distributed(
         intra=intra,
         inter=inter,
         nodes=nodes,
-        compute=ranks[0].get("compute"),
+        compute=merge_compute(ranks[:lw]),
         overlap=ranks[0].get("overlap"),
         gpus=gpus,
         disk=disk,

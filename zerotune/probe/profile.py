@@ -5,6 +5,7 @@ JSON results, so tests build profiles from recorded results.
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -59,6 +60,34 @@ def merge_sweep(results: Sequence[dict[str, Any]], dtype: str) -> LinkSweep:
             for i in range(len(per_rank[0]))
         ]
     return LinkSweep(n, results[0]["backend"], rows, results[0].get("reduce_scatter_impl", "reduce_scatter"))
+
+
+def merge_compute(results: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """The compute result for the profile: rank 0's when it measured alone (a GPU host); when every
+    rank measured at once (a CPU host, each rank with its share of the cores), the median over the
+    ranks of the block FLOP/s and the CPU-Adam rate, i.e. what one rank gets while its peers compute."""
+    per_rank = [r["compute"] for r in results if r.get("compute")]
+    if not per_rank:
+        return None
+    first = per_rank[0]
+    if len(per_rank) == 1 and "concurrent_ranks" not in first:
+        return first
+    n = first.get("concurrent_ranks", len(per_rank))
+    merged = {**first, "shape": f"{first['shape']}, per rank with {n} ranks computing concurrently"}
+    if "block" in first:
+        merged["block"] = {
+            **first["block"],
+            "flops": statistics.median(c["block"]["flops"] for c in per_rank),
+            "seconds": statistics.median(c["block"]["seconds"] for c in per_rank),
+            "per_rank_flops": [c["block"]["flops"] for c in per_rank],
+        }
+    if "adam" in first:
+        merged["adam"] = {
+            **first["adam"],
+            "params_per_s": statistics.median(c["adam"]["params_per_s"] for c in per_rank),
+            "per_rank_params_per_s": [c["adam"]["params_per_s"] for c in per_rank],
+        }
+    return merged
 
 
 @dataclass
@@ -121,7 +150,7 @@ def build_profile(
         nvme_read_Bps=disk.read_Bps if disk else None,
         nvme_write_Bps=disk.write_Bps if disk else None,
         cpu_adam_params_per_s=adam["params_per_s"] if adam else None,
-        source=source,
+        source=source + _concurrency(compute),
     )
     block = (compute or {}).get("block")
     peak = gpu.peak_flops(block["dtype"]) if gpu and block else None
@@ -131,7 +160,7 @@ def build_profile(
         mfu_assumption=block["flops"] / peak if peak and block else None,
         overlap_slowdown=max(1.0, overlap["slowdown"]) if overlap else None,
         measured_shape=(compute or {}).get("shape"),
-        source=source,
+        source=source + _concurrency(compute),
     )
     return HardwareProfile(
         name=name,
@@ -155,6 +184,11 @@ def build_profile(
         cuda_driver_version=gpus.cuda_driver_version if gpus else None,
         notes=list(notes),
     )
+
+
+def _concurrency(compute: dict[str, Any] | None) -> str:
+    n = (compute or {}).get("concurrent_ranks")
+    return f"; compute per rank (median), {n} ranks computing concurrently" if n else ""
 
 
 def _link(sweep: LinkSweep, gpus: GpuReport | None, source: str, between_nodes: bool = False) -> LinkClass:

@@ -1,5 +1,5 @@
-"""One rank of `zerotune probe`: the collective sweep, then (rank 0) the compute microbenchmarks
-and the compute/communication overlap test. Started by zerotune.launch as `python -m` (or called
+"""One rank of `zerotune probe`: the collective sweep, the compute/communication overlap test,
+then the compute microbenchmarks (rank 0 alone on a GPU host; every rank at once on a CPU host). Started by zerotune.launch as `python -m` (or called
 in-process under torchrun by `probe --distributed`); imports torch at module level, as rank entry
 points may (tests/unit/test_pure_core.py).
 
@@ -182,7 +182,7 @@ def sweep(task: dict[str, Any], group: Any, device: Any, step: Any) -> dict[str,
 
 
 def compute_benchmarks(task: dict[str, Any], device: Any) -> dict[str, Any]:
-    """Rank 0 alone: block fwd+bwd, host<->device copies (GPU), CPU Adam."""
+    """Block fwd+bwd, host<->device copies (GPU), CPU Adam, with this process's torch threads."""
     shape = compute.BlockShape(**task["shape"])
     dtype = DTYPES[task["dtype"]]
     budget = task["budget_s"]
@@ -265,14 +265,24 @@ def _init(task: dict[str, Any]) -> tuple[Any, int, int]:
 
 
 def _compute_phase(task: dict[str, Any], group: Any, device: Any, rank: int, step: Any) -> dict[str, Any]:
-    """Overlap test on `group`, then rank 0's compute benchmarks while the others wait."""
+    """Overlap test on `group`, then the compute benchmarks.
+
+    On a CPU host every rank runs them at the same time with its `threads_per_rank` threads, as
+    `zerotune bench` and real training do: one rank alone on all cores would overstate what each
+    rank gets (about 1.8x on 2 ranks). On a GPU host rank 0 runs them alone: GPUs compute
+    independently, while the host-copy benchmarks of several ranks would contend for PCIe."""
     result: dict[str, Any] = {}
     step("overlap")
     _fault(task, rank, "overlap")
     result["overlap"] = overlap(task, group, device)
     step("compute")
     _fault(task, rank, "compute")
-    if rank == 0:
+    if device.type == "cpu":
+        dist.barrier()  # start together, so every measurement sees its peers computing
+        torch.set_num_threads(max(1, int(task.get("threads_per_rank", 1))))
+        ranks_here = int(os.environ.get("LOCAL_WORLD_SIZE", dist.get_world_size()))
+        result["compute"] = {**compute_benchmarks(task, device), "concurrent_ranks": ranks_here}
+    elif rank == 0:
         torch.set_num_threads(max(1, int(task.get("compute_threads", 1))))
         result["compute"] = compute_benchmarks(task, device)
     dist.barrier()

@@ -23,7 +23,7 @@ from zerotune.hw.nvml import GpuReport, NvmlUnavailable, read_gpus
 from zerotune.launch import LaunchSpec, launch
 from zerotune.probe.compute import shape_for
 from zerotune.probe.metrics import size_sweep
-from zerotune.probe.profile import ProbeOutcome, build_profile, merge_sweep
+from zerotune.probe.profile import ProbeOutcome, build_profile, merge_compute, merge_sweep
 from zerotune.schema.hardware import GpuSpec
 from zerotune.units import KiB, MiB
 
@@ -177,7 +177,7 @@ def run_probe(
     results = launch(LaunchSpec(WORKER, task, p.nproc, remaining, env), on_step=on_step)
     date = datetime.now(timezone.utc).replace(microsecond=0).isoformat()
     intra = merge_sweep(results, p.dtype)
-    compute = results[0].get("compute")
+    compute = merge_compute(results)
     overlap = results[0].get("overlap")
     if intra.reduce_scatter_impl != "reduce_scatter_single":
         notes.append(f"reduce_scatter measured as {intra.reduce_scatter_impl}")
