@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,6 +14,21 @@ REPO = Path(__file__).resolve().parents[1]
 PROFILES = REPO / "profiles"
 SHARED = REPO.parent / "shared"
 CORPUS = SHARED / "corpus"
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _private_probe_cache(tmp_path_factory):
+    """Tests never read or write the user's probe cache (~/.cache/zerotune): a probe a developer ran
+    must not change what `recommend` picks in a test, and tests must not leave one behind.
+    Set in os.environ so spawned commands and ranks inherit it."""
+    folder = tmp_path_factory.mktemp("zerotune-cache")
+    previous = os.environ.get("ZEROTUNE_CACHE_DIR")
+    os.environ["ZEROTUNE_CACHE_DIR"] = str(folder)
+    yield folder
+    if previous is None:
+        os.environ.pop("ZEROTUNE_CACHE_DIR", None)
+    else:
+        os.environ["ZEROTUNE_CACHE_DIR"] = previous
 
 
 @dataclass
