@@ -181,23 +181,27 @@ def measure_copies(
 
 
 def measure_cpu_adam(torch: Any, params: int = 8_000_000, budget_s: float = 2.0) -> dict[str, Any]:
-    """Parameters updated per second by AdamW's multi-tensor (foreach) update on fp32 CPU tensors:
-    the optimizer step ZeRO-Offload runs on the host. It calls torch.optim.adamw.adamw, the function
-    torch.optim.AdamW(foreach=True).step() runs, because constructing an Optimizer imports
-    torch._dynamo (seconds). DeepSpeedCPUAdam (SIMD C++, arXiv:2101.06840 §4.1) is several times
-    faster, so this is a floor for DeepSpeed's offload path."""
+    """Parameters per second of a ZeRO optimizer step on the host, shaped as DeepSpeed runs it: one
+    flat fp32 partition (larger than the caches, so memory-bound like a real partition), the global
+    grad-norm pass and the clipping multiply (stage_1_and_2.py `scaled_global_norm`,
+    `unscale_and_clip_grads`), torch AdamW on the flat tensor (its default single-tensor path on CPU
+    tensors), and the copy of the updated partition back into the model's flat buffer.
+
+    It calls torch.optim.adamw.adamw, the function AdamW.step() runs, because constructing an
+    Optimizer imports torch._dynamo (seconds). DeepSpeedCPUAdam (SIMD C++, arXiv:2101.06840 §4.1),
+    which ZeRO-Offload uses on GPU hosts, is several times faster: there this is a floor."""
     from torch.optim.adamw import adamw
 
-    chunk = 1_000_000
-    weights = [torch.zeros(min(chunk, params - i)) for i in range(0, params, chunk)]
-    grads = [torch.full_like(w, 1e-3) for w in weights]
-    exp_avg = [torch.zeros_like(w) for w in weights]
-    exp_avg_sq = [torch.zeros_like(w) for w in weights]
-    steps = [torch.tensor(0.0) for _ in weights]
+    weights = torch.zeros(params)
+    grads = torch.full_like(weights, 1e-3)
+    exp_avg, exp_avg_sq, model_copy = (torch.zeros_like(weights) for _ in range(3))
+    steps = [torch.tensor(0.0)]
 
     def step() -> None:
-        adamw(weights, grads, exp_avg, exp_avg_sq, [], steps, foreach=True, amsgrad=False,
+        grads.mul_(1.0 / max(1.0, float(grads.norm(2))))
+        adamw([weights], [grads], [exp_avg], [exp_avg_sq], [], steps, foreach=False, amsgrad=False,
               beta1=0.9, beta2=0.999, lr=1e-4, weight_decay=0.01, eps=1e-8, maximize=False)  # fmt: skip
+        model_copy.copy_(weights)
 
     times = _timed(torch, torch.device("cpu"), step, warmup=1, budget_s=budget_s, max_iters=10)
     return {"params_per_s": params / statistics.median(times), "params": params}

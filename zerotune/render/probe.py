@@ -77,7 +77,7 @@ def host_table(profile: HardwareProfile) -> Table:
         ("device->host pinned", _gbps(h.d2h_pinned_Bps)),
         ("disk write / read", f"{_gbps(h.nvme_write_Bps)} / {_gbps(h.nvme_read_Bps)}"),
         (
-            "CPU AdamW (torch foreach)",
+            "CPU optimizer step (ZeRO-shaped AdamW)",
             _na(h.cpu_adam_params_per_s and h.cpu_adam_params_per_s / 1e6, "{:.0f} M params/s"),
         ),
     ]
