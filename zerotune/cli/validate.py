@@ -77,6 +77,9 @@ def command(
     gpu_memory: Annotated[
         float | None, typer.Option(help="GPU memory in GiB (instead of --profile).")
     ] = None,
+    seq_len: Annotated[
+        int, typer.Option(help="Tokens per sequence, for the activation memory of the memory rules.")
+    ] = 2048,
 ) -> None:
     from zerotune.dsconfig.load import load_path
     from zerotune.lint import registry
@@ -84,7 +87,12 @@ def command(
     from zerotune.lint.runner import apply_fixes, lint
     from zerotune.render import console, diagnostics
 
-    for flag, value in (("--world-size", world_size), ("--gpus", gpus), ("--gpu-memory", gpu_memory)):
+    for flag, value in (
+        ("--world-size", world_size),
+        ("--gpus", gpus),
+        ("--gpu-memory", gpu_memory),
+        ("--seq-len", seq_len),
+    ):
         if value is not None and not value > 0:
             raise InputError(f"{flag} must be positive, got {value:g}")
     selected, ignored = _split(select), _split(ignore)
@@ -98,7 +106,13 @@ def command(
         raise InputError("--fix cannot rewrite stdin", hint="pass a file path")
     rules = registry.select(selected, ignored)
     options = LintOptions(
-        hf=hf, world_size=world_size, model=model, profile=profile, gpus=gpus, gpu_memory_gib=gpu_memory
+        hf=hf,
+        world_size=world_size,
+        model=model,
+        profile=profile,
+        gpus=gpus,
+        gpu_memory_gib=gpu_memory,
+        seq_len=seq_len,
     )
     reports = []
     for path in paths:

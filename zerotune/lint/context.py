@@ -25,6 +25,8 @@ class LintOptions:
     gpus: int | None = None
     gpu_memory_gib: float | None = None
     bf16_capable: bool | None = None
+    seq_len: int = 2048
+    """Tokens per sequence for the memory rules' activation estimate (the config does not say)."""
 
 
 @dataclass

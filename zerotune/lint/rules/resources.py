@@ -89,6 +89,7 @@ def estimate(ctx: Context) -> Any:
     opt = (r.optimizer_type or "adamw").lower()
     opt = opt if opt in ("adamw", "adam", "sgd", "lion", "adagrad") else "adamw"
     workload = Workload(
+        seq_len=ctx.options.seq_len,
         micro_batch=max(1, r.micro_batch or 1),
         grad_accum=max(1, r.grad_accum or 1),
         precision=r.precision,
@@ -116,7 +117,7 @@ class GpuMemoryExceeded(Rule):
     ## What it does
     With `--model` and `--profile` (or `--gpu-memory`), predicts the peak memory of one rank under this
     config (model states by ZeRO stage and offload, communication buffers, activations at the config's
-    micro batch with checkpointing and 2048-token sequences, CUDA context) and compares it with the GPU.
+    micro batch with checkpointing and `--seq-len` tokens (default 2048), CUDA context) and compares it with the GPU.
 
     ## Why is this bad?
     The job will run out of memory, usually after minutes of start-up. Raising the stage, offloading, or
