@@ -5,7 +5,12 @@ from zerotune.dsconfig.settings import resolve, resolve_zero
 
 def test_auto_and_aliases_resolve_like_deepspeed():
     zero = resolve_zero(
-        {"stage": 3, "reduce_bucket_size": "auto", "stage3_prefetch_bucket_size": 5e7, "max_live_parameters": "1000"}
+        {
+            "stage": 3,
+            "reduce_bucket_size": "auto",
+            "stage3_prefetch_bucket_size": 5e7,
+            "max_live_parameters": "1000",
+        }
     )
     assert zero.reduce_bucket_size == 500_000_000  # "auto" dropped -> default
     assert zero.prefetch_bucket_size == 50_000_000  # JSON 5e7 accepted for an int
@@ -27,3 +32,10 @@ def test_odd_values_fall_back_to_defaults():
     assert zero.offload_param.device == "none"
     cfg = resolve({"bf16": {"enabled": "true"}, "gradient_clipping": "x", "optimizer": "adam"})
     assert cfg.precision == "bf16" and cfg.gradient_clipping == 1.0 and cfg.optimizer_type is None
+
+
+def test_non_finite_numbers_fall_back_to_defaults():
+    zero = resolve_zero({"reduce_bucket_size": float("inf"), "stage": float("nan")})
+    assert zero.reduce_bucket_size == 500_000_000 and zero.stage == 0
+    cfg = resolve({"train_batch_size": float("inf"), "gradient_clipping": float("nan")})
+    assert cfg.train_batch_size is None and cfg.gradient_clipping == 1.0

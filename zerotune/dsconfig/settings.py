@@ -13,6 +13,7 @@ tests/unit/test_dsconfig_settings.py checks them against the linter's schema tab
 
 from __future__ import annotations
 
+import math
 from typing import Any, Literal, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict
@@ -103,17 +104,18 @@ def _is_auto(value: Any) -> bool:
 
 
 def _number(value: Any, cast: type) -> Any:
-    """DeepSpeed-lax numeric reading: JSON 5e8 and "500000000" are accepted."""
-    if isinstance(value, bool):
-        return cast(value)
-    if isinstance(value, (int, float)):
-        return cast(value)
-    if isinstance(value, str):
-        try:
-            return cast(float(value)) if cast is float else cast(int(value))
-        except ValueError:
+    """DeepSpeed-lax numeric reading: JSON 5e8 and "500000000" are accepted; anything unreadable
+    (a non-numeric string, inf or nan, another type) is None, so the default applies."""
+    try:
+        if isinstance(value, (bool, int, float)):
+            number = cast(value)
+        elif isinstance(value, str):
+            number = cast(float(value)) if cast is float else cast(int(value))
+        else:
             return None
-    return None
+    except (ValueError, OverflowError):
+        return None
+    return None if cast is float and not math.isfinite(number) else number
 
 
 def _bool(value: Any) -> bool | None:

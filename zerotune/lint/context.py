@@ -119,16 +119,12 @@ class Context:
 
     @cached_property
     def resolved(self) -> Any:
-        """zerotune.dsconfig.settings.resolve(config), or None when it cannot read the config (the value
-        rules report why); only the model- and hardware-aware rules need it."""
-        from pydantic import ValidationError
-
+        """zerotune.dsconfig.settings.resolve(config): the values DeepSpeed would use, unreadable ones
+        replaced by defaults (the value rules report them); only the model- and hardware-aware rules
+        need it."""
         from zerotune.dsconfig.settings import resolve
 
-        try:
-            return resolve(self.config)
-        except (ValidationError, TypeError, ValueError):
-            return None
+        return resolve(self.config)
 
     def at(self, pointer: str) -> Any:
         """The value at an RFC 6901 pointer, or None."""

@@ -76,7 +76,7 @@ def model(ctx: Context) -> Any:
 def estimate(ctx: Context) -> Any:
     """zerotune.model.memory.estimate_memory for this config, model and hardware (None if either is missing)."""
     m, hw = model(ctx), hardware(ctx)
-    if m is None or hw is None or ctx.resolved is None:
+    if m is None or hw is None:
         return None
     from zerotune.model.memory import estimate_memory
     from zerotune.schema.workload import Workload
@@ -270,7 +270,7 @@ class NvmeBufferTooSmall(Rule):
 
     def check(self, ctx: Context) -> Iterator[Diagnostic]:
         m = model(ctx)
-        if m is None or ctx.resolved is None:
+        if m is None:
             return
         z = ctx.resolved.zero
         if z.stage != 3 or z.offload_param.device != "nvme":
