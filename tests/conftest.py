@@ -9,11 +9,40 @@ from pathlib import Path
 import pytest
 
 from zerotune.cli.app import main
+from zerotune.schema.hardware import CollectivePerf, ComputeSpec, HardwareProfile, LinkClass
 
 REPO = Path(__file__).resolve().parents[1]
 PROFILES = REPO / "profiles"
 SHARED = REPO.parent / "shared"
 CORPUS = SHARED / "corpus"
+
+
+def pid_alive(pid: int) -> bool:
+    """True while `pid` runs; a zombie (exited, not yet reaped) counts as gone."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def cpu_probe_profile(name: str = "probe-cpu") -> HardwareProfile:
+    """A minimal profile of the kind `zerotune probe` writes on a CPU host: 2 gloo ranks, no GPU."""
+    return HardwareProfile(
+        name=name,
+        origin="probe",
+        gpus_per_node=0,
+        intra_node=LinkClass(
+            kind="loopback-gloo",
+            backend="gloo",
+            ranks=2,
+            collectives={"all_reduce": CollectivePerf(alpha_s=1e-3, busbw_Bps=2e8)},
+        ),
+        compute=ComputeSpec(achieved_flops={"fp32": 2e10}),
+    )
 
 
 @pytest.fixture(autouse=True, scope="session")

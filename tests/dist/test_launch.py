@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, pid_alive
 from zerotune.errors import RunFailed
 from zerotune.launch import LaunchSpec, launch
 
@@ -24,19 +24,6 @@ def _spec(tmp_path, **task) -> LaunchSpec:
     return LaunchSpec(
         "tests.dist.echo_worker", task, nproc=2, timeout_s=timeout, env={"PYTHONPATH": str(REPO)}
     )
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # a zombie is dead for our purposes
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def _run_collecting_pids(spec: LaunchSpec):
@@ -68,7 +55,7 @@ def test_dead_rank_is_named_with_its_step_and_peers_are_stopped(tmp_path, kind):
     if kind == "raise":
         assert "RuntimeError: injected failure" in exc.message
     assert time.monotonic() - start < 15, "rank 0 (sleeping 30 s) must be stopped, not waited for"
-    assert len(pids) == 2 and not any(_alive(pid) for pid in pids)
+    assert len(pids) == 2 and not any(pid_alive(pid) for pid in pids)
 
 
 def test_hung_rank_times_out_naming_rank_and_step(tmp_path):
@@ -80,7 +67,7 @@ def test_hung_rank_times_out_naming_rank_and_step(tmp_path):
     assert exc is not None and "timed out after 4 s" in exc.message
     assert "rank 0 at 'reduce_scatter 4 MiB'" in exc.message
     assert elapsed < 4 + 6
-    assert len(pids) == 2 and not any(_alive(pid) for pid in pids)
+    assert len(pids) == 2 and not any(pid_alive(pid) for pid in pids)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
@@ -98,4 +85,4 @@ def test_interrupting_the_parent_stops_every_rank(tmp_path, sig):
     assert len(pids) == 2
     parent.send_signal(sig)
     assert parent.wait(timeout=10) != 0
-    assert not any(_alive(pid) for pid in pids)
+    assert not any(pid_alive(pid) for pid in pids)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, pid_alive
 from zerotune.catalog.hardware import load_profile
 from zerotune.errors import RunFailed
 from zerotune.probe.metrics import SWEPT
@@ -120,17 +120,6 @@ def _children() -> list[int]:
     return pids
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:
-        return (Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]) != "Z"
-    except OSError:
-        return False
-
-
 @pytest.mark.parametrize("kind", ["exit", "hang"])
 def test_failed_rank_is_named_and_nothing_survives(kind, tmp_path) -> None:
     timeout = 15.0
@@ -151,7 +140,7 @@ def test_failed_rank_is_named_and_nothing_survives(kind, tmp_path) -> None:
         assert "rank 1 at 'all_gather'" in message and "rank 0 at 'all_gather 4096 B'" in message, message
     pids = [int(p.read_text()) for p in tmp_path.glob("rank*.pid")]
     assert len(pids) == 2
-    assert not [pid for pid in pids if _alive(pid)]
+    assert not [pid for pid in pids if pid_alive(pid)]
     assert _children() == []
 
 

@@ -6,13 +6,13 @@ import json
 
 import pytest
 
+from tests.conftest import cpu_probe_profile
 from zerotune.catalog.hardware import load_profile
 from zerotune.catalog.models import derive, load_model
 from zerotune.cli.predict import batch_triple
 from zerotune.dsconfig.settings import ZeroSettings
 from zerotune.model.step import predict_step
 from zerotune.render.predict import timeline_text
-from zerotune.schema.hardware import CollectivePerf, ComputeSpec, HardwareProfile, LinkClass
 from zerotune.schema.workload import Workload
 
 STAGE2 = """{
@@ -89,18 +89,7 @@ def test_bad_input_is_one_line(cli, stage2, tmp_path):
 
 
 def test_cpu_probe_profile(cli, stage2, tmp_path):
-    profile = HardwareProfile(
-        name="probe-cpu",
-        origin="probe",
-        gpus_per_node=0,
-        intra_node=LinkClass(
-            kind="loopback-gloo",
-            backend="gloo",
-            ranks=2,
-            collectives={"all_reduce": CollectivePerf(alpha_s=1e-3, busbw_Bps=2e8)},
-        ),
-        compute=ComputeSpec(achieved_flops={"fp32": 2e10}),
-    )
+    profile = cpu_probe_profile()
     path = tmp_path / "cpu.json"
     path.write_text(profile.model_dump_json())
     config = tmp_path / "fp32.json"

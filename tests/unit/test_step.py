@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import cpu_probe_profile
 from zerotune.catalog.hardware import load_profile
 from zerotune.catalog.models import derive, load_model
 from zerotune.dsconfig.settings import ZeroSettings
@@ -275,17 +276,7 @@ def test_pcie_box_is_communication_bound_where_nvlink_is_not(llama7b, dgx):
 
 
 def test_cpu_probe_profile_is_a_valid_target(small):
-    cpu = HardwareProfile(
-        name="cpu",
-        gpus_per_node=0,
-        intra_node=LinkClass(
-            kind="loopback-gloo",
-            backend="gloo",
-            ranks=2,
-            collectives={"all_reduce": CollectivePerf(alpha_s=1e-3, busbw_Bps=2e8)},
-        ),
-        compute=ComputeSpec(achieved_flops={"fp32": 2e10}),
-    )
+    cpu = cpu_probe_profile("cpu")
     load = wl(precision="fp32", gpus_per_node=2, seq_len=128)
     on = predict_step(small, load, ZeroSettings(stage=2, overlap_comm=True), cpu, detail=True)
     off = predict_step(small, load, ZeroSettings(stage=2, overlap_comm=False), cpu, detail=True)
