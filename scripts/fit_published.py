@@ -41,7 +41,7 @@ from zerotune.schema.hardware import OverheadSpec  # noqa: E402
 
 def _setup(run: published.Run, overheads: OverheadSpec | None):
     spec = published.load_run_model(run)
-    hardware = load_profile(run.profile)
+    hardware = published.load_run_profile(run)
     if run.gpus_per_node != hardware.gpus_per_node or run.nodes != hardware.nodes:
         hardware = with_counts(hardware, gpus_per_node=run.gpus_per_node, nodes=run.nodes)
     if overheads is not None:

@@ -129,7 +129,10 @@ class Run(BaseModel):
         description="catalog model name (profiles/models/), or models/<name>.yaml under data/published/ for "
         "research-only models kept out of the catalog (Megatron 175B-2T)"
     )
-    profile: str = Field(description="catalog hardware profile (profiles/hardware/)")
+    profile: str = Field(
+        description="catalog hardware profile (profiles/hardware/), or profiles/<name>.yaml under data/published/ "
+        "for one source's own box, its numbers derived from that source's non-ZeRO measurements"
+    )
     nodes: int = Field(1, gt=0)
     gpus_per_node: int = Field(gt=0)
     precision: Literal["bf16", "fp16", "fp32"]
@@ -169,6 +172,13 @@ def load_run_model(run: Run):
     if run.model.endswith((".yaml", ".yml")):
         return load_model(str(SUITE.parent / run.model))
     return load_model(run.model)
+
+
+def load_run_profile(run: Run):
+    """The run's HardwareProfile: a catalog name, or a suite-only YAML relative to data/published/."""
+    if run.profile.endswith((".yaml", ".yml")):
+        return load_profile(str(SUITE.parent / run.profile))
+    return load_profile(run.profile)
 
 
 def load_suite(path: Path = SUITE) -> list[Run]:
@@ -229,7 +239,7 @@ def run_workload(run: Run, precision: str) -> Workload:
 def predict_run(run: Run) -> dict[str, Any]:
     """One run through zerotune: predicted tokens/s and peak memory next to the measured ones."""
     spec = load_run_model(run)
-    hardware = load_profile(run.profile)
+    hardware = load_run_profile(run)
     if run.gpus_per_node != hardware.gpus_per_node or run.nodes != hardware.nodes:
         hardware = with_counts(hardware, gpus_per_node=run.gpus_per_node, nodes=run.nodes)
     resolved = resolve(run.ds_config())
