@@ -33,7 +33,6 @@ sys.path.insert(0, str(REPO / "scripts"))
 
 import published  # noqa: E402
 
-from zerotune.catalog.hardware import load_profile, with_counts  # noqa: E402
 from zerotune.dsconfig.settings import resolve  # noqa: E402
 from zerotune.model.step import predict_step  # noqa: E402
 from zerotune.schema.hardware import OverheadSpec  # noqa: E402
@@ -41,12 +40,10 @@ from zerotune.schema.hardware import OverheadSpec  # noqa: E402
 
 def _setup(run: published.Run, overheads: OverheadSpec | None):
     spec = published.load_run_model(run)
-    hardware = published.load_run_profile(run)
-    if run.gpus_per_node != hardware.gpus_per_node or run.nodes != hardware.nodes:
-        hardware = with_counts(hardware, gpus_per_node=run.gpus_per_node, nodes=run.nodes)
+    resolved = resolve(run.ds_config())
+    hardware = published.run_hardware(run, spec, resolved.precision)
     if overheads is not None:
         hardware = hardware.model_copy(update={"overheads": overheads})
-    resolved = resolve(run.ds_config())
     workload = published.run_workload(run, resolved.precision)
     return spec, workload, resolved.zero, hardware
 

@@ -47,6 +47,7 @@ from zerotune.catalog.hardware import load_profile, with_counts  # noqa: E402
 from zerotune.catalog.models import load_model  # noqa: E402
 from zerotune.dsconfig.settings import resolve  # noqa: E402
 from zerotune.files import write_atomic  # noqa: E402
+from zerotune.model.compute import training_flops_per_token  # noqa: E402
 from zerotune.model.memory import estimate_memory  # noqa: E402
 from zerotune.model.step import predict_step  # noqa: E402
 from zerotune.schema.workload import Workload  # noqa: E402
@@ -117,6 +118,26 @@ class Measured(BaseModel):
         )
 
 
+class SameBox(BaseModel):
+    """What the run's own source measured on the same machine without ZeRO, standing in for `zerotune
+    probe` (a published run has no probe of its box). Applied over the catalog profile; the ZeRO run
+    being predicted is never among the rows these numbers come from."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    quote: str = Field(description="the source's own rows the numbers come from")
+    single_gpu_tokens_per_s: float | None = Field(
+        None,
+        gt=0,
+        description="the same model, precision, seq_len and micro-batch on one GPU of the box, no ZeRO: "
+        "its achieved FLOP/s (zerotune's training FLOPs per token x this rate) replaces the profile's",
+    )
+    busbw_Bps: float | None = Field(
+        None, gt=0, description="intra-node bus bandwidth, every collective, derived as `derivation` shows"
+    )
+    derivation: str = Field(description="the arithmetic from the quoted rows to the numbers")
+
+
 class Run(BaseModel):
     """One published run: setup (stated or assumed) and measurement."""
 
@@ -129,10 +150,7 @@ class Run(BaseModel):
         description="catalog model name (profiles/models/), or models/<name>.yaml under data/published/ for "
         "research-only models kept out of the catalog (Megatron 175B-2T)"
     )
-    profile: str = Field(
-        description="catalog hardware profile (profiles/hardware/), or profiles/<name>.yaml under data/published/ "
-        "for one source's own box, its numbers derived from that source's non-ZeRO measurements"
-    )
+    profile: str = Field(description="catalog hardware profile (profiles/hardware/)")
     nodes: int = Field(1, gt=0)
     gpus_per_node: int = Field(gt=0)
     precision: Literal["bf16", "fp16", "fp32"]
@@ -149,6 +167,7 @@ class Run(BaseModel):
     assumed: dict[str, str] = Field(default_factory=dict, description="field -> why this value was assumed")
     measured: Measured
     at_memory_limit: bool = Field(False, description="the source says the run was at the memory limit")
+    same_box: SameBox | None = Field(None, description="the source's own non-ZeRO measurements of its box")
     notes: list[str] = Field(default_factory=list)
 
     @property
@@ -174,11 +193,33 @@ def load_run_model(run: Run):
     return load_model(run.model)
 
 
-def load_run_profile(run: Run):
-    """The run's HardwareProfile: a catalog name, or a suite-only YAML relative to data/published/."""
-    if run.profile.endswith((".yaml", ".yml")):
-        return load_profile(str(SUITE.parent / run.profile))
-    return load_profile(run.profile)
+def run_hardware(run: Run, spec, precision: str):
+    """The catalog profile at the run's GPU counts, with the source's own measurements of its box
+    (`same_box`) in place of the catalog's compute rate and intra-node bandwidth."""
+    hardware = load_profile(run.profile)
+    if run.gpus_per_node != hardware.gpus_per_node or run.nodes != hardware.nodes:
+        hardware = with_counts(hardware, gpus_per_node=run.gpus_per_node, nodes=run.nodes)
+    box = run.same_box
+    if box is None:
+        return hardware
+    if box.single_gpu_tokens_per_s is not None:
+        flops = training_flops_per_token(spec, run.seq_len, recompute=run.activation_checkpointing)
+        compute = hardware.compute.model_copy(
+            update={
+                "achieved_flops": {precision: flops * box.single_gpu_tokens_per_s},
+                "shape_points": {},
+                "source": f"{run.id} same_box: {box.derivation}",
+            }
+        )
+        hardware = hardware.model_copy(update={"compute": compute})
+    if box.busbw_Bps is not None and hardware.intra_node is not None:
+        link = hardware.intra_node
+        collectives = {
+            name: perf.model_copy(update={"busbw_Bps": box.busbw_Bps, "curve": [], "source": box.derivation})
+            for name, perf in link.collectives.items()
+        }
+        hardware = hardware.model_copy(update={"intra_node": link.model_copy(update={"collectives": collectives})})
+    return hardware
 
 
 def load_suite(path: Path = SUITE) -> list[Run]:
@@ -239,10 +280,8 @@ def run_workload(run: Run, precision: str) -> Workload:
 def predict_run(run: Run) -> dict[str, Any]:
     """One run through zerotune: predicted tokens/s and peak memory next to the measured ones."""
     spec = load_run_model(run)
-    hardware = load_run_profile(run)
-    if run.gpus_per_node != hardware.gpus_per_node or run.nodes != hardware.nodes:
-        hardware = with_counts(hardware, gpus_per_node=run.gpus_per_node, nodes=run.nodes)
     resolved = resolve(run.ds_config())
+    hardware = run_hardware(run, spec, resolved.precision)
     workload = run_workload(run, resolved.precision)
     unsupported = sorted(k for k in run.kernels if k not in _workload_fields())
     memory = estimate_memory(spec, workload, resolved.zero, hardware=hardware)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from zerotune.catalog.hardware import list_profiles
+from zerotune.catalog.hardware import list_profiles, load_profile
 from zerotune.catalog.models import list_models, load_model
 
 REPO = Path(__file__).resolve().parents[2]
@@ -45,11 +45,8 @@ def test_run_is_traceable_and_known(run) -> None:
         assert (published.SUITE.parent / run.model).is_file()
     else:
         assert run.model in list_models()
-    if run.profile.endswith(".yaml"):  # one source's own box, derived from its non-ZeRO rows
-        assert (published.SUITE.parent / run.profile).is_file()
-    else:
-        assert run.profile in list_profiles()
-    profile = published.load_run_profile(run)
+    assert run.profile in list_profiles()
+    profile = load_profile(run.profile)
     assert run.gpus_per_node <= profile.gpus_per_node
     assert run.nodes == 1 or profile.inter_node is not None
     if run.precision == "bf16":
@@ -82,7 +79,7 @@ def test_measured_numbers_are_plausible(result) -> None:
     """A measured number off by 10x from physics is a transcription error, not a model error."""
     for row in result["runs"]:
         run = next(r for r in RUNS if r.id == row["id"])
-        profile = published.load_run_profile(run)
+        profile = load_profile(run.profile)
         if row["measured_tokens_per_s"] is not None:
             # achieved FLOP/s per GPU (6 x params per token) stays below the dense peak
             flops = 6 * row["params"] * row["measured_tokens_per_s"] / row["world"]
