@@ -301,6 +301,19 @@ def test_optimizer_offload_moves_the_step_to_the_cpu(llama7b, dgx):
     assert e.offload_s > 0
 
 
+def test_cpu_adam_rate_is_the_nodes_shared_by_its_ranks():
+    """`host.cpu_adam_params_per_s` is the whole node's (DGX-2: 1.6e9/s, DeepSpeed's ZeRO-Offload log of
+    one rank on all 48 cores, 10.28B params in ~6.35 s). One rank updates all 10.28B params in that
+    time; 16 ranks each update a 16th with a 16th of the cores: the same seconds, not 16x fewer."""
+    model = load_model("megatron-gpt2-1.5b")
+    dgx2 = load_profile("dgx2-v100")
+    z = ZeroSettings(stage=2, offload_optimizer={"device": "cpu"})
+    one = predict_step(model, wl(precision="fp16", gpus_per_node=1), z, dgx2)
+    sixteen = predict_step(model, wl(precision="fp16", gpus_per_node=16), z, dgx2)
+    assert one.optimizer_s == pytest.approx(model.params / 1.6e9, rel=1e-6)
+    assert sixteen.optimizer_s == pytest.approx(one.optimizer_s, rel=1e-6)
+
+
 def test_mfu_and_tokens(llama7b, dgx):
     e = predict_step(llama7b, wl(micro_batch=2, grad_accum=2), ZeroSettings(stage=2, overlap_comm=True), dgx)
     assert e.tokens_per_s == pytest.approx(2048 * 2 * 2 * 8 / e.step_time_s)

@@ -467,7 +467,8 @@ def fit(
         fitted, rms = {}, None
         notes.append(f"overheads not fitted: the step model failed on the runs ({exc})")
     profile = _with_overheads(profile, fitted)
-    probed_opt = base.overheads.optimizer_params_per_s or base.host.cpu_adam_params_per_s
+    node_adam = base.host.cpu_adam_params_per_s  # the node's rate, shared by the runs' n ranks
+    probed_opt = base.overheads.optimizer_params_per_s or (node_adam / n if node_adam else None)
     if OPTIMIZER_TERM in fitted or segment_rate:
         rate = profile.overheads.optimizer_params_per_s
         values.append(

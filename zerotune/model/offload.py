@@ -67,10 +67,10 @@ def param_source_Bps(s: StepSetup) -> float:
 
 
 def cpu_adam_rate(s: StepSetup) -> float:
-    """CPU Adam params/s of one rank. The probe times one rank with its share of the host's cores, so
-    its rate is per rank; the fallback is a whole node's, shared by its ranks."""
+    """CPU Adam params/s of one rank: the node's rate (`host.cpu_adam_params_per_s`, all its cores, or
+    the fallback) shared by the ranks on the node, which run their updates at the same time."""
     per_node = max(s.workload.gpus_per_node, 1)
-    return s.hardware.host.cpu_adam_params_per_s or DEFAULT_CPU_ADAM_PARAMS_PER_S / per_node
+    return (s.hardware.host.cpu_adam_params_per_s or DEFAULT_CPU_ADAM_PARAMS_PER_S) / per_node
 
 
 def gradient_bytes_per_element(s: StepSetup, boundary: bool) -> int:

@@ -160,7 +160,7 @@ def build_profile(
         h2d_pageable_Bps=copies.get("h2d_pageable_Bps"),
         nvme_read_Bps=disk.read_Bps if disk else None,
         nvme_write_Bps=disk.write_Bps if disk else None,
-        cpu_adam_params_per_s=adam["params_per_s"] if adam else None,
+        cpu_adam_params_per_s=_host_adam_rate(compute) if adam else None,
         memory_Bps=memory.get("memory_Bps"),
         first_touch_Bps=memory.get("first_touch_Bps"),
         source=source + _concurrency(compute),
@@ -197,6 +197,12 @@ def build_profile(
         cuda_driver_version=gpus.cuda_driver_version if gpus else None,
         notes=list(notes),
     )
+
+
+def _host_adam_rate(compute: dict[str, Any]) -> float:
+    """The node's CPU-Adam rate: rank 0 alone (a GPU host) used every core; concurrent CPU ranks each
+    had their share, so the node does the median rank's rate times the ranks."""
+    return compute["adam"]["params_per_s"] * compute.get("concurrent_ranks", 1)
 
 
 def _concurrency(compute: dict[str, Any] | None) -> str:

@@ -96,7 +96,10 @@ class HostSpec(_Strict):
     h2d_pageable_Bps: float | None = None
     nvme_read_Bps: float | None = None
     nvme_write_Bps: float | None = None
-    cpu_adam_params_per_s: float | None = Field(None, description="CPU Adam update throughput (offload)")
+    cpu_adam_params_per_s: float | None = Field(
+        None,
+        description="CPU Adam updates/s of the whole node (all its cores); the ranks on a node share it",
+    )
     memory_Bps: float | None = Field(
         None,
         description="host memory bandwidth of a large copy between warm buffers, bytes read plus written "
