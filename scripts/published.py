@@ -158,6 +158,7 @@ class Run(BaseModel):
     micro_batch: int = Field(gt=0)
     grad_accum: int = Field(1, gt=0)
     activation_checkpointing: bool
+    checkpoint_in_cpu: bool = Field(False, description="checkpoints held in host memory (cpu_checkpointing)")
     optimizer: Literal["adamw", "adam", "sgd", "lion", "adagrad"] = "adamw"
     zero: dict[str, Any] = Field(description="the run's zero_optimization block as DeepSpeed reads it")
     kernels: dict[str, str] = Field(
@@ -271,6 +272,7 @@ def run_workload(run: Run, precision: str) -> Workload:
         precision=precision,
         optimizer=run.optimizer,
         activation_checkpointing=run.activation_checkpointing,
+        checkpoint_in_cpu=run.checkpoint_in_cpu,
         gpus_per_node=run.gpus_per_node,
         nodes=run.nodes,
         **{k: v for k, v in run.kernels.items() if k in fields},

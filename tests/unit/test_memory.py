@@ -368,6 +368,22 @@ def test_checkpointing_keeps_block_inputs_plus_one_block_and_the_head() -> None:
     assert LOGIT_BYTES * 4096 * 2 * 128256 > 32 * 2 * 4096 * 2 * 4096
 
 
+def test_cpu_checkpointing_moves_all_but_three_block_inputs_to_the_host() -> None:
+    """DeepSpeed's cpu_checkpointing offload engine keeps the last block input on the GPU and at most
+    two more in flight; the other L - 1 inputs sit in pinned host memory, per rank."""
+    s, b, h, layers = 2048, 4, 4096, LLAMA_7B.num_layers
+    w = Workload(seq_len=s, micro_batch=b, gpus_per_node=8)
+    on_gpu = estimate_memory(LLAMA_7B, w, _zero(3))
+    in_cpu = estimate_memory(LLAMA_7B, w.model_copy(update={"checkpoint_in_cpu": True}), _zero(3))
+    assert on_gpu.per_gpu.activations - in_cpu.per_gpu.activations == (layers - 3) * 2 * s * b * h
+    assert in_cpu.cpu_bytes_per_node - on_gpu.cpu_bytes_per_node == 8 * (layers - 1) * 2 * s * b * h
+    # without checkpointing there is nothing to offload: the flag changes nothing and says so
+    plain = Workload(activation_checkpointing=False, checkpoint_in_cpu=True)
+    est = estimate_memory(LLAMA_7B, plain, _zero(3))
+    assert est.per_gpu == estimate_memory(LLAMA_7B, Workload(activation_checkpointing=False), _zero(3)).per_gpu
+    assert any("checkpoint_in_cpu has no effect" in n for n in est.notes)
+
+
 def test_activations_scale_with_micro_batch_and_sequence() -> None:
     zero = _zero(3)
     one = estimate_memory(LLAMA_7B, Workload(seq_len=2048, micro_batch=1), zero).per_gpu.activations

@@ -49,6 +49,22 @@ def test_json_has_the_contract_keys(cli, stage2):
     assert data["tokens_per_s"] == pytest.approx(tokens / data["step_time_s"])
 
 
+def test_checkpoint_in_cpu_moves_checkpoints_to_host_memory(cli, stage2):
+    """--checkpoint-in-cpu: llama-7b's 32 block inputs leave the GPU but 3 (bf16, 2 x 2048 x 4096 each)
+    and 31 of them per rank wait in host RAM; the header says so."""
+    args = ("predict", "--config", stage2, "--model", "llama-7b", "--profile", "dgx-h100")
+    on_gpu = json.loads(cli(*args, "--json").stdout)
+    r = cli(*args, "--checkpoint-in-cpu", "--json")
+    assert r.code == 0, r.stderr
+    moved = json.loads(r.stdout)
+    block_input = 2 * 2048 * 2 * 4096
+    gpu_drop = on_gpu["memory"]["breakdown"]["activations"] - moved["memory"]["breakdown"]["activations"]
+    assert gpu_drop == (32 - 3) * block_input
+    assert moved["memory"]["cpu_bytes_per_node"] - on_gpu["memory"]["cpu_bytes_per_node"] == 8 * 31 * block_input
+    assert moved["workload"]["checkpoint_in_cpu"] is True
+    assert "checkpoints in host memory" in cli(*args, "--checkpoint-in-cpu").stdout
+
+
 def test_human_output_shows_breakdowns_and_timeline(cli, stage2):
     r = cli("predict", "--config", stage2, "--model", "llama-7b", "--profile", "dgx-h100", "--gpus", "4")
     assert r.code == 0, r.stderr

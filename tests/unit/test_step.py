@@ -314,6 +314,27 @@ def test_cpu_adam_rate_is_the_nodes_shared_by_its_ranks():
     assert sixteen.optimizer_s == pytest.approx(one.optimizer_s, rel=1e-6)
 
 
+def test_cpu_checkpoint_copies_hide_under_their_pass_up_to_its_length(small, dgx):
+    """cpu_checkpointing copies L - 1 block inputs to the host in forward and back in backward on a
+    side stream: free while PCIe keeps up, and only the excess shows when it does not."""
+    ckpt = wl(micro_batch=4)
+    offloaded = ckpt.model_copy(update={"checkpoint_in_cpu": True})
+    z = ZeroSettings(stage=3)
+    assert predict_step(small, offloaded, z, dgx).step_time_s == pytest.approx(
+        predict_step(small, ckpt, z, dgx).step_time_s
+    )
+
+    def exposed(rate: float) -> float:
+        host = dgx.host.model_copy(update={"h2d_pinned_Bps": rate, "d2h_pinned_Bps": rate})
+        slow = dgx.model_copy(update={"host": host})
+        return predict_step(small, offloaded, z, slow).step_time_s - predict_step(small, ckpt, z, slow).step_time_s
+
+    nbytes = (small.num_layers - 1) * 2 * 2048 * 4 * small.hidden_size  # L - 1 bf16 block inputs
+    assert exposed(1e8) > 0
+    # past both passes' length every extra second of copying shows: both directions at the new rate
+    assert exposed(5e7) - exposed(1e8) == pytest.approx(2 * nbytes * (1 / 5e7 - 1 / 1e8), rel=1e-6)
+
+
 def test_mfu_and_tokens(llama7b, dgx):
     e = predict_step(llama7b, wl(micro_batch=2, grad_accum=2), ZeroSettings(stage=2, overlap_comm=True), dgx)
     assert e.tokens_per_s == pytest.approx(2048 * 2 * 2 * 8 / e.step_time_s)

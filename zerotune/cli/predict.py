@@ -119,6 +119,14 @@ def command(
             show_default=False,
         ),
     ] = None,
+    checkpoint_in_cpu: Annotated[
+        bool,
+        typer.Option(
+            "--checkpoint-in-cpu",
+            help="The checkpoints wait for backward in host memory (DeepSpeed cpu_checkpointing, "
+            "Megatron-DeepSpeed --checkpoint-in-cpu).",
+        ),
+    ] = False,
     precision: Annotated[
         str | None,
         typer.Option(help='bf16, fp16 or fp32 for a config that leaves it "auto" (HF --bf16/--fp16).'),
@@ -243,6 +251,7 @@ def command(
             "precision": resolved.precision,
             "optimizer": optimizer if optimizer in ("adamw", "adam", "sgd", "lion", "adagrad") else "adamw",
             "activation_checkpointing": ckpt,
+            "checkpoint_in_cpu": checkpoint_in_cpu or base.checkpoint_in_cpu,
             "gpus_per_node": per_node,
             "nodes": node_count,
         }
@@ -311,6 +320,7 @@ def command(
         f"reduce_bucket {fmt_count(z.reduce_bucket_size)}\n"
         f"seq {seq} x micro-batch {workload.micro_batch} x accumulation {workload.grad_accum} · "
         f"activation checkpointing {'on' if ckpt else 'off'}"
+        + (", checkpoints in host memory" if ckpt and workload.checkpoint_in_cpu else "")
     )
     out.print(escape(head), soft_wrap=True)
     out.print(memory_breakdown_table(memory, title=f"memory per GPU, fits with a {margin:.0%} margin?"))

@@ -26,6 +26,10 @@ their term-by-term accounting and generalises it to today's models:
 With activation checkpointing (full recomputation per block, as HF `gradient_checkpointing`
 and Megatron's "full" mode do) each block keeps only its input, E·s·b·h (Korthikanti's 2·s·b·h·L),
 and backward re-materialises one block at a time, so one block's full activations are added.
+With the checkpoints kept in host memory (`checkpoint_in_cpu`: DeepSpeed's cpu_checkpointing, whose
+`_ActivationOffloadEngine` in runtime/activation_checkpointing/offload_activations.py copies them to
+pinned buffers on a side stream) the GPU holds at most CPU_CHECKPOINT_GPU_INPUTS of them and the host
+the other L - 1 (`checkpoint_host_bytes`).
 
 The head is never checkpointed. Its logits and the cross-entropy buffers dominate for large
 vocabularies: HF's causal-LM loss (transformers `loss_utils.ForCausalLMLoss`) upcasts the
@@ -67,6 +71,11 @@ weight (2 B), less the input a fused kernel would keep (2 B)."""
 FUSED_CE_BYTES_PER_HIDDEN = 4
 """Fused linear cross-entropy: the fp32 gradient of the head input it computes in forward (Liger
 `fused_linear_cross_entropy_forward` keeps `grad_input` for backward), per token per hidden unit."""
+
+CPU_CHECKPOINT_GPU_INPUTS = 3
+"""Block inputs still on the GPU under cpu_checkpointing: the last one, never offloaded because the
+first backward needs it at once (`keep_last_count=1`), and up to two whose copy to the host is in
+flight (`max_fwd_stash_count=2`), the engine's defaults as checkpointing.py builds it (DeepSpeed 0.19.8)."""
 
 ASSUMPTIONS = (
     "activations: HF Trainer's kernels unless the workload names others (SDPA attention, fp32 loss at "
@@ -156,11 +165,13 @@ def activation_bytes(
     cross_entropy: str = "fp32",
     repeat_kv: bool = False,
     plain_rmsnorm: bool = False,
+    checkpoint_in_cpu: bool = False,
 ) -> int:
     """Peak activation bytes per GPU for one micro-batch (no tensor/sequence parallelism).
 
     Without checkpointing: L blocks' full activations + the head. With checkpointing: L block
-    inputs (E·s·b·h each) + one block re-materialised in backward + the head.
+    inputs (E·s·b·h each; at most CPU_CHECKPOINT_GPU_INPUTS of them with `checkpoint_in_cpu`) + one
+    block re-materialised in backward + the head.
     """
     e = DTYPE_BYTES[precision]
     block = layer_activation_bytes(
@@ -181,5 +192,13 @@ def activation_bytes(
     )
     head = head_activation_bytes(seq, micro, hidden, vocab, elem_bytes=e, cross_entropy=cross_entropy)
     if checkpointing:
-        return num_layers * e * seq * micro * hidden + block + head
+        kept = min(num_layers, CPU_CHECKPOINT_GPU_INPUTS) if checkpoint_in_cpu else num_layers
+        return kept * e * seq * micro * hidden + block + head
     return num_layers * block + head
+
+
+def checkpoint_host_bytes(num_layers: int, seq: int, micro: int, hidden: int, precision: str) -> int:
+    """Pinned host bytes of one rank's checkpointed block inputs under cpu_checkpointing: all but the
+    last, which stays on the GPU (module docstring). Each crosses PCIe twice per micro-step: to the
+    host in forward, back in backward."""
+    return max(num_layers - 1, 0) * DTYPE_BYTES[precision] * seq * micro * hidden

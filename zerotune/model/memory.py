@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from zerotune.dsconfig.settings import ZeroSettings
-from zerotune.model.activations import activation_bytes
+from zerotune.model.activations import activation_bytes, checkpoint_host_bytes
 from zerotune.schema.hardware import HardwareProfile
 from zerotune.schema.model import ModelSpec
 from zerotune.schema.workload import Workload
@@ -360,6 +360,7 @@ def _activations(
     cross_entropy: str = "fp32",
     swiglu: str = "plain",
     rmsnorm: str = "plain",
+    checkpoint_in_cpu: bool = False,
 ) -> int:
     return activation_bytes(
         num_layers=facts.num_layers,
@@ -379,6 +380,7 @@ def _activations(
         cross_entropy=cross_entropy,
         repeat_kv=attention == "eager" and facts.kv_heads < facts.heads,
         plain_rmsnorm=rmsnorm == "plain" and facts.rms_norm,
+        checkpoint_in_cpu=checkpoint_in_cpu,
     )
 
 
@@ -551,6 +553,7 @@ def estimate_memory(
         workload.cross_entropy,
         workload.swiglu,
         workload.rmsnorm,
+        workload.checkpoint_in_cpu,
     )
     reused = step_reuse_bytes(states.grads_fp32, acts)
     grads = (
@@ -576,6 +579,8 @@ def estimate_memory(
         host += facts.largest_tensor * e
         if workload.grad_accum > 1:
             host += -(-facts.psi // n_d) * e
+    if workload.checkpoint_in_cpu and workload.activation_checkpointing:
+        host += checkpoint_host_bytes(facts.num_layers, workload.seq_len, workload.micro_batch, facts.hidden, precision)
     cpu = host * per_node
     nvme = states.nvme * per_node
 
@@ -587,6 +592,8 @@ def estimate_memory(
         fits = headroom >= 0
     elif hardware is not None:
         notes.append(f"profile {hardware.name!r} has no GPU memory size: fit cannot be judged")
+    if workload.checkpoint_in_cpu and not workload.activation_checkpointing:
+        notes.append("checkpoint_in_cpu has no effect without activation checkpointing")
     if stage in (1, 2) and opt_dev == "nvme":
         notes.append("stage 1/2 treat offload_optimizer.device nvme as cpu")
     if reused:

@@ -20,6 +20,10 @@ Optimizer step (`optimizer_transfer_s`, all blocking):
   written after each sub-group's update (12 + 12 B), and the fp32 gradients were swapped out at the
   boundary and are read back (4 + 4 B): 32 B per element;
 - `offload_param: nvme`: the updated 16-bit parameters are written back to NVMe.
+Activation checkpoints under cpu_checkpointing (`checkpoint_copy_s`): each block input but the last goes
+to pinned host memory in forward and comes back in backward, on the offload engine's own stream
+(runtime/activation_checkpointing/offload_activations.py), so the copies run under that pass's
+compute and only what outlasts it is exposed.
 
 Rates come from the profile (`host.h2d_pinned_Bps`, `host.nvme_read_Bps`/`nvme_write_Bps`,
 `host.cpu_adam_params_per_s`, measured by the probe or sourced in the catalog) or the stated
@@ -29,6 +33,7 @@ bandwidth, well above PCIe).
 
 from __future__ import annotations
 
+from zerotune.model.activations import checkpoint_host_bytes
 from zerotune.model.setup import StepSetup
 from zerotune.schema.hardware import HardwareProfile
 
@@ -96,3 +101,16 @@ def optimizer_transfer_s(s: StepSetup, part: float) -> float:
     if s.stage == 3 and z.offload_param.device == "nvme":
         transfer += part * s.elem_bytes / _nvme(s, write=True)
     return transfer
+
+
+def checkpoint_copy_s(s: StepSetup) -> float:
+    """Exposed seconds per micro-step of cpu_checkpointing's copies (module docstring): to the host
+    during forward, back during backward, each hidden under its pass up to that pass's length."""
+    w, hw = s.workload, s.hardware
+    if not (w.checkpoint_in_cpu and w.activation_checkpointing and hw.has_gpus):
+        return 0.0
+    m = s.prep.model
+    nbytes = checkpoint_host_bytes(m.num_layers, w.seq_len, w.micro_batch, m.hidden_size, w.precision)
+    to_host = nbytes / (hw.host.d2h_pinned_Bps or pcie(hw))
+    back = nbytes / pcie(hw)
+    return max(0.0, to_host - s.fwd_total) + max(0.0, back - s.bwd_total)

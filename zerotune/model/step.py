@@ -7,7 +7,8 @@ The mechanisms live in one module each, named after what DeepSpeed does:
 - zerotune/model/buckets.py: stage 0/1/2 gradient buckets and their all-reduce;
 - zerotune/model/stage3.py: stage-3 fetch/release, prefetch, persistence, reduce-scatter;
 - zerotune/model/optimizer.py and offload.py: the optimizer step, CPU Adam, PCIe/NVMe transfers
-  (gradient copies every micro-step under optimizer offload, blocking step-time copies and swaps);
+  (gradient copies every micro-step under optimizer offload, blocking step-time copies and swaps,
+  activation checkpoints held in host memory);
 - zerotune/model/overheads.py: DeepSpeed's fixed and per-hook host costs;
 - zerotune/model/comm.py: what each collective costs on the profile's links.
 
@@ -45,6 +46,7 @@ from zerotune.dsconfig.settings import ZeroSettings
 from zerotune.model import buckets, stage3
 from zerotune.model.comm import CommCost
 from zerotune.model.compute import achieved_flops, peak_flops
+from zerotune.model.offload import checkpoint_copy_s
 from zerotune.model.optimizer import optimizer_step
 from zerotune.model.overheads import Overheads, layer_seconds, overhead_notes, overheads
 from zerotune.model.setup import Prepared, StepSetup, prepare
@@ -293,6 +295,14 @@ def predict_step(
     comm = last.comm_s + plain[2] * reps
     exposed = last.exposed + plain[3] * reps
     transfer += last.copy_exposed + plain[4] * reps
+    checkpoint_copies = checkpoint_copy_s(setup) * workload.grad_accum
+    step += checkpoint_copies
+    transfer += checkpoint_copies
+    if detail and workload.checkpoint_in_cpu and workload.activation_checkpointing:
+        notes.append(
+            "activation checkpoints wait in host memory (cpu_checkpointing): copied on a side stream, "
+            f"{checkpoint_copies:.3g} s per step not hidden under forward/backward"
+        )
 
     events: tuple[Event, ...] = ()
     calls: tuple[CollectiveCall, ...] = ()

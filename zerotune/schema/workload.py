@@ -22,6 +22,12 @@ class Workload(BaseModel):
     precision: Precision = "bf16"
     optimizer: Optimizer = "adamw"
     activation_checkpointing: bool = True
+    checkpoint_in_cpu: bool = Field(
+        False,
+        description="with activation checkpointing, the block inputs wait for backward in pinned host memory: "
+        "DeepSpeed's cpu_checkpointing (Megatron-DeepSpeed --checkpoint-in-cpu; HF via DeepSpeed's "
+        "CheckpointHiddenStatesOffload), copied on a side stream",
+    )
     gpus_per_node: int = Field(8, gt=0, description="ranks per node (gloo ranks on a CPU host)")
     nodes: int = Field(1, gt=0)
     # Kernels that change what autograd keeps (zerotune/model/activations.py). Defaults are what HF
