@@ -10,7 +10,9 @@ suite in data/published/runs.yaml: each run names its source (URL and where in i
 and hardware profile, the DeepSpeed knobs the source states, the ones this suite had to assume (and
 why), and what the source measured. Each run is re-predicted through zerotune's public functions,
 the same path `zerotune predict` takes (dsconfig.settings.resolve -> model.memory.estimate_memory,
-model.step.predict_step).
+model.step.predict_step). Where a source also timed the same job on the same box without ZeRO (one
+GPU, DDP), the run carries those rows as `same_box`: the box's compute rate and bandwidth come from
+them, as `zerotune probe` would measure them on a real box (`run_hardware`).
 
 Every throughput measurement is turned into tokens/s over the whole job before comparing:
 tokens_per_s as is, tokens_per_s_per_gpu x world, samples_per_s x seq_len, tokens per step / step
