@@ -23,7 +23,10 @@ Metrics, for the calibrated and the probe-only profile:
   within 2 combined standard errors (zerotune/bench/noise.py) form one tie group (average ranks),
   so noise cannot be "ranked"; plus the share of distinguishable pairs the model orders right;
 - regret, per job: (measured time of the model's pick - best measured) / best measured, 0 when the
-  pick is within noise of the best; the mean over jobs.
+  pick is within noise of the best; the mean over jobs;
+- ranking resolution, per job: the largest predicted gap (slower / faster - 1) between two configs the
+  model orders wrong although their measurements are distinguishable, i.e. how close two predictions
+  can be and still mislead; recommend's TIE_BAND (zerotune/search/objective.py) is this number.
 Targets (issue 9): calibrated MAPE <= 10%, Spearman >= 0.9, regret <= 5%; probe-only MAPE <= 25%.
 """
 
@@ -205,10 +208,16 @@ def metrics(runs: list[dict[str, Any]], predicted: list[float]) -> dict[str, flo
                 pairs += 1
                 right += (measured[i] < measured[j]) == (predicted[i] < predicted[j])
     regrets = []
+    resolution = 0.0
     for job in sorted({r["job"] for r in runs}):
         idx = [i for i, r in enumerate(runs) if r["job"] == job]
         if len(idx) < 2:
             continue
+        for a in idx:
+            for b in idx:
+                wrong = measured[a] < measured[b] and predicted[a] > predicted[b]
+                if wrong and distinguishable(measured[a], rel[a], measured[b], rel[b]):
+                    resolution = max(resolution, predicted[a] / predicted[b] - 1)
         pick = min(idx, key=lambda i: predicted[i])
         best = min(idx, key=lambda i: measured[i])
         tie = not distinguishable(measured[pick], rel[pick], measured[best], rel[best])
@@ -219,6 +228,7 @@ def metrics(runs: list[dict[str, Any]], predicted: list[float]) -> dict[str, flo
         "pairs_ordered_right": right / pairs if pairs else float("nan"),
         "distinguishable_pairs": pairs,
         "regret_pct": sum(regrets) / len(regrets) if regrets else float("nan"),
+        "resolution_pct": resolution * 100,
     }
 
 
@@ -242,7 +252,7 @@ def report(runs: list[dict[str, Any]], probe: HardwareProfile, calibrated: Hardw
         print(
             f"{title:<11} MAPE {s['mape_pct']:5.1f}%   Spearman (noise ties) {s['spearman_noise_ties']:+.3f}   "
             f"pairs ordered right {s['pairs_ordered_right']:.0%} of {s['distinguishable_pairs']} distinguishable   "
-            f"regret {s['regret_pct']:4.1f}%"
+            f"regret {s['regret_pct']:4.1f}%   ranking resolution {s['resolution_pct']:4.1f}%"
         )
     return out
 
