@@ -52,6 +52,19 @@ def test_json_rows_for_llama_70b_on_8_gpus(cli) -> None:
     assert "dgx-h100" in res.stderr  # the capacity's source is said, on stderr only
 
 
+def test_checkpoint_in_cpu_gives_predicts_numbers(cli, tmp_path) -> None:
+    """memory and predict describe the same stage-3 job with the checkpoints in host memory: the same
+    bytes per GPU and per node."""
+    config = tmp_path / "z3.json"
+    config.write_text('{"train_micro_batch_size_per_gpu": 2, "bf16": {"enabled": true}, "zero_optimization": {"stage": 3}}')
+    common = ("--model", "llama-7b", "--profile", "dgx-h100", "--seq-len", "2048", "--checkpoint-in-cpu", "--json")
+    rows = json.loads(cli("memory", "--micro-batch", "2", *common).stdout)["rows"]
+    row = next(r for r in rows if (r["stage"], r["offload_optimizer"], r["offload_param"]) == (3, "none", "none"))
+    predicted = json.loads(cli("predict", "--config", config, *common).stdout)["memory"]
+    assert row["total_bytes_per_gpu"] == predicted["per_gpu_bytes"]
+    assert row["cpu_bytes"] == predicted["cpu_bytes_per_node"] > 0  # 8 ranks x 31 bf16 block inputs
+
+
 def test_params_without_a_catalog_model(cli) -> None:
     res = cli("memory", "--params", "7.5e9", "--gpus", "64", "--json")
     assert res.code == 0, res.stderr

@@ -44,6 +44,14 @@ def command(
     no_checkpointing: Annotated[
         bool, typer.Option("--no-checkpointing", help="Keep every block's activations (no recompute).")
     ] = False,
+    checkpoint_in_cpu: Annotated[
+        bool,
+        typer.Option(
+            "--checkpoint-in-cpu",
+            help="The checkpoints wait for backward in host memory (DeepSpeed cpu_checkpointing, "
+            "Megatron-DeepSpeed --checkpoint-in-cpu).",
+        ),
+    ] = False,
     profile: Annotated[
         str | None, typer.Option(help="Hardware profile (catalog name or file) for the GPU capacity.")
     ] = None,
@@ -112,6 +120,7 @@ def command(
         precision=precision,
         optimizer=optimizer,
         activation_checkpointing=not no_checkpointing,
+        checkpoint_in_cpu=checkpoint_in_cpu,
         gpus_per_node=per_node,
         nodes=node_count,
     )
@@ -142,6 +151,7 @@ def command(
         f"[{hardware.name}: {gpu}, {fmt_bytes(capacity) if capacity else 'capacity n/a'}] · "
         f"seq {seq_len} × micro-batch {micro_batch}, {precision}, {optimizer}, "
         f"{'no ' if no_checkpointing else ''}activation checkpointing"
+        + (", checkpoints in host memory" if checkpoint_in_cpu and not no_checkpointing else "")
     )
     out.print(memory_table(rows, title=escape(title), margin=margin, fits=verdicts))
     out.print(memory_chart(rows, capacity=capacity, width=max(20, min(60, out.width - 40))))
