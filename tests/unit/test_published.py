@@ -149,6 +149,14 @@ def test_stage_order_check_finds_a_reversal() -> None:
     assert published.stage_order_violations([z1, z3_right]) == []
 
 
+def test_catalog_error_band_is_the_recorded_held_out_mape() -> None:
+    """What predict/recommend tell a user of a catalog profile is the suite's held-out error."""
+    from zerotune.catalog.hardware import CATALOG_ERROR_PCT, load_profile, provenance
+
+    assert abs(CATALOG_ERROR_PCT - RECORDED["holdout"]["throughput_mape"]) <= 1.0
+    assert f"~{CATALOG_ERROR_PCT:.0f}%" in provenance(load_profile("dgx-h100"))
+
+
 def test_json_output_has_the_summary_and_categories(capsys) -> None:
     assert published.main(["--json", "--split", "holdout"]) == 0
     doc = json.loads(capsys.readouterr().out)
