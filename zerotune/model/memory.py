@@ -580,7 +580,8 @@ def estimate_memory(
         if workload.grad_accum > 1:
             host += -(-facts.psi // n_d) * e
     if workload.checkpoint_in_cpu and workload.activation_checkpointing:
-        host += checkpoint_host_bytes(facts.num_layers, workload.seq_len, workload.micro_batch, facts.hidden, precision)
+        seq, micro = workload.seq_len, workload.micro_batch
+        host += checkpoint_host_bytes(facts.num_layers, seq, micro, facts.hidden, precision)
     cpu = host * per_node
     nvme = states.nvme * per_node
 
