@@ -488,7 +488,7 @@ def fit(
         "calibrated by zerotune calibrate (step-time residuals of DeepSpeed runs, non-negative least squares)"
     )
     profile = profile.model_copy(
-        update={"overheads": profile.overheads.model_copy(update={"source": source})}
+        update={"overheads": profile.overheads.model_copy(update={"source": source, "origin": "calibrate"})}
     )
 
     rows = []

@@ -236,13 +236,13 @@ def inputs_provenance(profile: HardwareProfile, precision: str) -> str:
 
 def _overheads_source(profile: HardwareProfile) -> str:
     """Calibrated (fitted on this host's DeepSpeed steps), fitted on published runs (a catalog profile's
-    `overheads.source` says FITTED), or not modelled; a partial set names how many of the terms it has."""
-    terms = profile.overheads.model_dump(exclude={"source"})
+    `overheads.origin`), or not modelled; a partial set names how many of the terms it has."""
+    terms = profile.overheads.model_dump(exclude={"source", "origin"})
     known = sum(value is not None for value in terms.values())
     if known == 0:
         return "not modelled (uncalibrated)"
     how = "calibrated" if profile.calibration is not None else (
-        "fitted on published runs" if "FITTED" in (profile.overheads.source or "") else "assumed")
+        "fitted on published runs" if profile.overheads.origin == "published" else "assumed")
     return how if known == len(terms) else f"{how} ({known} of {len(terms)} terms)"
 
 

@@ -167,6 +167,11 @@ class OverheadSpec(_Strict):
         description="DeepSpeed's whole optimizer step on the device that runs it (grad norm, clip, Adam, "
         "partition copies, unflatten), in parameters of the local partition per second",
     )
+    origin: Literal["calibrate", "published"] | None = Field(
+        None,
+        description="who fitted the values: `zerotune calibrate` on this host, or scripts/fit_published.py "
+        "on the published suite (a catalog profile); null = cited or unknown",
+    )
     source: str | None = None
 
 
