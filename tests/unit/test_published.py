@@ -149,6 +149,31 @@ def test_stage_order_check_finds_a_reversal() -> None:
     assert published.stage_order_violations([z1, z3_right]) == []
 
 
+def test_same_box_rows_replace_the_catalog_compute_rate_and_bandwidth() -> None:
+    """A run's `same_box`: the source's one-GPU rate x zerotune's training FLOPs per token becomes the
+    box's FLOP/s, its DDP-derived bandwidth every collective's; the catalog profile itself is untouched."""
+    from zerotune.catalog.hardware import load_profile
+    from zerotune.model.compute import training_flops_per_token
+
+    run = next(r for r in RUNS if r.id == "whynlp-issue-tinyllama-2xrtx4090-z2-mbs3-ga4")
+    spec = published.load_run_model(run)
+    box = published.run_hardware(run, spec, "bf16")
+    assert box.gpus_per_node == 2
+    flops = training_flops_per_token(spec, 2048) * 1800
+    assert box.compute.achieved_flops == {"bf16": pytest.approx(flops)}
+    assert flops == pytest.approx(13.16e12, rel=1e-3)  # 8% of the RTX 4090's 165.2 TFLOP/s
+    assert {op: c.busbw_Bps for op, c in box.intra_node.collectives.items()} == dict.fromkeys(
+        ("all_gather", "reduce_scatter", "all_reduce"), 0.634e9
+    )
+    catalog = load_profile("4xrtx4090")
+    assert catalog.compute.achieved_flops == {} and catalog.intra_node.collectives["all_reduce"].busbw_Bps == 15.75e9
+    # every same_box names the rows it comes from and how
+    for r in RUNS:
+        if r.same_box is not None:
+            assert r.same_box.quote.strip() and r.same_box.derivation.strip()
+            assert r.same_box.single_gpu_tokens_per_s or r.same_box.busbw_Bps
+
+
 def test_catalog_error_band_is_the_recorded_held_out_mape() -> None:
     """What predict/recommend tell a user of a catalog profile is the suite's held-out error."""
     from zerotune.catalog.hardware import CATALOG_ERROR_PCT, load_profile, provenance
