@@ -97,6 +97,8 @@ def test_rank_zero_alone_is_taken_as_is() -> None:
     profile = build_profile(name="p", date="2026-11-22", dtype="fp32", host=HOST,
                             intra=merge_sweep(_results(2, "gloo"), "fp32"), compute=alone, overlap=None)  # fmt: skip
     assert "concurrently" not in profile.compute.source
+    # rank 0 alone used every core: its CPU-Adam rate is the node's, which the ranks then share
+    assert profile.host.cpu_adam_params_per_s == 2e8
 
 
 def test_cpu_profile_has_the_fields_recommend_needs(tmp_path) -> None:
