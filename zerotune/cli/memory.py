@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from zerotune.cli.options import CheckpointInCpu
 from zerotune.errors import InputError
 
 NAME = "memory"
@@ -44,14 +45,7 @@ def command(
     no_checkpointing: Annotated[
         bool, typer.Option("--no-checkpointing", help="Keep every block's activations (no recompute).")
     ] = False,
-    checkpoint_in_cpu: Annotated[
-        bool,
-        typer.Option(
-            "--checkpoint-in-cpu",
-            help="The checkpoints wait for backward in host memory (DeepSpeed cpu_checkpointing, "
-            "Megatron-DeepSpeed --checkpoint-in-cpu).",
-        ),
-    ] = False,
+    checkpoint_in_cpu: CheckpointInCpu = False,
     profile: Annotated[
         str | None, typer.Option(help="Hardware profile (catalog name or file) for the GPU capacity.")
     ] = None,

@@ -11,6 +11,7 @@ from typing import Annotated, Any
 
 import typer
 
+from zerotune.cli.options import CheckpointInCpu
 from zerotune.errors import InputError
 
 NAME = "predict"
@@ -119,14 +120,7 @@ def command(
             show_default=False,
         ),
     ] = None,
-    checkpoint_in_cpu: Annotated[
-        bool,
-        typer.Option(
-            "--checkpoint-in-cpu",
-            help="The checkpoints wait for backward in host memory (DeepSpeed cpu_checkpointing, "
-            "Megatron-DeepSpeed --checkpoint-in-cpu).",
-        ),
-    ] = False,
+    checkpoint_in_cpu: CheckpointInCpu = False,
     precision: Annotated[
         str | None,
         typer.Option(help='bf16, fp16 or fp32 for a config that leaves it "auto" (HF --bf16/--fp16).'),
