@@ -78,7 +78,7 @@ def host_table(profile: HardwareProfile) -> Table:
         ("disk write / read", f"{_gbps(h.nvme_write_Bps)} / {_gbps(h.nvme_read_Bps)}"),
         ("host memory copy (read+write) / first touch", f"{_gbps(h.memory_Bps)} / {_gbps(h.first_touch_Bps)}"),
         (
-            "CPU optimizer step (ZeRO-shaped AdamW)",
+            "CPU optimizer step (ZeRO-shaped AdamW), whole node",
             _na(h.cpu_adam_params_per_s and h.cpu_adam_params_per_s / 1e6, "{:.0f} M params/s"),
         ),
     ]
