@@ -307,6 +307,62 @@ class ClippingDefault(Rule):
             yield self.emit(ctx, "")
 
 
+class CheckpointingSectionUnused(Rule):
+    """`activation_checkpointing` settings in a config that HF Trainer runs.
+
+    ## What it does
+    With `--hf`, reports each `activation_checkpointing` setting that is switched on:
+    `partition_activations`, `cpu_checkpointing`, `contiguous_memory_optimization`,
+    `synchronize_checkpoint_boundary`, `profile`.
+
+    ## Why is this bad?
+    DeepSpeed's engine never applies this section. It takes effect only when the training code calls
+    `deepspeed.checkpointing.configure(..., deepspeed_config=...)` and checkpoints through
+    `deepspeed.checkpointing.checkpoint`, as Megatron-DeepSpeed does. HF Trainer does neither: its
+    `gradient_checkpointing` is PyTorch's. With `cpu_checkpointing`, the checkpoints stay on the GPU, so the
+    memory you planned to free is not freed.
+
+    ## Example
+    ```json
+    {"zero_optimization": {"stage": 3}, "activation_checkpointing": {"cpu_checkpointing": true}}
+    ```
+
+    ## Use instead
+    ```json
+    {"zero_optimization": {"stage": 3}}
+    ```
+    Turn on checkpointing with `--gradient_checkpointing`. For a framework that does apply the section,
+    `zerotune predict --checkpoint-in-cpu` shows its memory and time.
+
+    ## References
+    - DEEPSPEED_FACTS §3.5 (the engine never applies the section)
+    - transformers integrations/deepspeed.py: nothing there calls `deepspeed.checkpointing`
+    """
+
+    code = "ZT807"
+    name = "checkpointing-section-unused-by-hf"
+    severity = Severity.WARNING
+    message = (
+        "activation_checkpointing.{key} has no effect under HF Trainer: nothing calls "
+        "deepspeed.checkpointing.configure"
+    )
+    KEYS = (
+        "partition_activations",
+        "cpu_checkpointing",
+        "contiguous_memory_optimization",
+        "synchronize_checkpoint_boundary",
+        "profile",
+    )
+
+    def check(self, ctx: Context) -> Iterator[Diagnostic]:
+        section = ctx.config.get("activation_checkpointing")
+        if not ctx.options.hf or not isinstance(section, dict):
+            return
+        for key in self.KEYS:
+            if section.get(key) is True:
+                yield self.emit(ctx, f"/activation_checkpointing/{key}", key=key)
+
+
 RULES = (
     AutoOutsideHf,
     AutoDropped,
@@ -314,4 +370,5 @@ RULES = (
     AutoPrefetchFloat,
     Zero3SaveWithoutGather,
     ClippingDefault,
+    CheckpointingSectionUnused,
 )
