@@ -65,6 +65,18 @@ def test_checkpoint_in_cpu_moves_checkpoints_to_host_memory(cli, stage2):
     assert "checkpoints in host memory" in cli(*args, "--checkpoint-in-cpu").stdout
 
 
+def test_a_config_asking_for_cpu_checkpointing_points_at_the_flag(cli, tmp_path):
+    """DeepSpeed applies activation_checkpointing only through deepspeed.checkpointing.configure, so the
+    config alone does not move the checkpoints: predict says how to describe a framework that does."""
+    path = tmp_path / "ds.json"
+    path.write_text('{"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": true}, "zero_optimization": '
+                    '{"stage": 3}, "activation_checkpointing": {"cpu_checkpointing": true}}')  # fmt: skip
+    args = ("predict", "--config", path, "--model", "llama-7b", "--profile", "dgx-h100")
+    r = cli(*args)
+    assert r.code == 0 and "pass --checkpoint-in-cpu if yours does" in r.stderr
+    assert "pass --checkpoint-in-cpu" not in cli(*args, "--checkpoint-in-cpu").stderr
+
+
 def test_human_output_shows_breakdowns_and_timeline(cli, stage2):
     r = cli("predict", "--config", stage2, "--model", "llama-7b", "--profile", "dgx-h100", "--gpus", "4")
     assert r.code == 0, r.stderr

@@ -250,6 +250,13 @@ def command(
             "nodes": node_count,
         }
     )
+    section = raw.get("activation_checkpointing")
+    if isinstance(section, dict) and section.get("cpu_checkpointing") is True and not workload.checkpoint_in_cpu:
+        notices.append(
+            "the config sets activation_checkpointing.cpu_checkpointing, which applies only where the training "
+            "code calls deepspeed.checkpointing.configure (Megatron-DeepSpeed, not HF Trainer): "
+            "pass --checkpoint-in-cpu if yours does"
+        )
     gpu = hardware.gpu if hardware.has_gpus else None
     if workload.precision == "bf16" and gpu is not None and gpu.bf16_supported is False:
         raise InputError(
