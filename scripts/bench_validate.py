@@ -29,6 +29,21 @@ def run(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
+def print_timings(
+    commands: dict[str, list[str]], env: dict[str, str], repeats: int, width: int, digits: int
+) -> None:
+    """One row per command: min and median wall seconds, median CPU seconds over `repeats` fresh runs."""
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs, {repeats} runs each")
+    print(f"{'command':<{width}} {'wall min s':>10} {'wall med s':>10} {'cpu med s':>10}")
+    for name, cmd in commands.items():
+        runs = [run(cmd, env) for _ in range(repeats)]
+        walls, cpus = [w for w, _ in runs], [c for _, c in runs]
+        print(
+            f"{name:<{width}} {min(walls):>10.{digits}f} {statistics.median(walls):>10.{digits}f} "
+            f"{statistics.median(cpus):>10.{digits}f}"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
@@ -59,14 +74,7 @@ def main() -> None:
         "python -c 'import zerotune.cli.app'": [py, "-c", "import zerotune.cli.app"],
         "python -c 'import deepspeed'": [py, "-c", "import deepspeed"],
     }
-    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs, {args.repeats} runs each")
-    print(f"{'command':<46} {'wall min s':>10} {'wall med s':>10} {'cpu med s':>10}")
-    for name, cmd in commands.items():
-        runs = [run(cmd, env) for _ in range(args.repeats)]
-        walls, cpus = [w for w, _ in runs], [c for _, c in runs]
-        print(
-            f"{name:<46} {min(walls):>10.3f} {statistics.median(walls):>10.3f} {statistics.median(cpus):>10.3f}"
-        )
+    print_timings(commands, env, args.repeats, width=46, digits=3)
 
 
 if __name__ == "__main__":

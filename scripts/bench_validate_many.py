@@ -16,14 +16,12 @@ import argparse
 import gzip
 import json
 import os
-import resource
 import shutil
-import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from bench_validate import print_timings  # scripts/ is on sys.path when run as a script
 
 REPO = Path(__file__).resolve().parents[1]
 DIFF = REPO / "tests" / "fixtures" / "differential"
@@ -47,15 +45,6 @@ for name in sorted(os.listdir(folder)):
         rejected += 1
 print(rejected)
 """
-
-
-def run(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    start = time.perf_counter()
-    subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=REPO, check=False)
-    wall = time.perf_counter() - start
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def write_files(folder: Path) -> int:
@@ -118,14 +107,7 @@ def main() -> None:
                 "--exit-zero",
             ],
         }
-        print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs, {args.repeats} runs each")
-        print(f"{'command':<52} {'wall min s':>10} {'wall med s':>10} {'cpu med s':>10}")
-        for name, cmd in commands.items():
-            runs = [run(cmd, env) for _ in range(args.repeats)]
-            walls, cpus = [w for w, _ in runs], [c for _, c in runs]
-            print(
-                f"{name:<52} {min(walls):>10.2f} {statistics.median(walls):>10.2f} {statistics.median(cpus):>10.2f}"
-            )
+        print_timings(commands, env, args.repeats, width=52, digits=2)
 
 
 if __name__ == "__main__":

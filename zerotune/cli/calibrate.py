@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
+from zerotune.cli.options import Distributed, Fault
 from zerotune.errors import InputError
 from zerotune.files import refuse_overwrite
 
@@ -49,13 +50,8 @@ def command(
     from_runs: Annotated[
         str | None, typer.Option(help="Re-fit the runs a --save-runs file holds; measure nothing.")
     ] = None,
-    distributed: Annotated[
-        bool,
-        typer.Option(
-            "--distributed", help="Run as one rank under torchrun (every rank runs this); rank 0 reports."
-        ),
-    ] = False,
-    fault: Annotated[str | None, typer.Option(hidden=True, help="Test only: JSON fault injection.")] = None,
+    distributed: Distributed = False,
+    fault: Fault = None,
 ) -> None:
     from zerotune.calibrate.run import CalibrateOptions
 

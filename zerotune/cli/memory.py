@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from zerotune.cli.options import CheckpointInCpu
+from zerotune.cli.options import AdHocHidden, AdHocLayers, AdHocParams, CheckpointInCpu
 from zerotune.errors import InputError
 
 NAME = "memory"
@@ -24,11 +24,9 @@ def command(
     model: Annotated[
         str | None, typer.Option(help="Catalog model name, profile .yaml or config.json.")
     ] = None,
-    params: Annotated[
-        float | None, typer.Option(help="Ad-hoc model with this many parameters (e.g. 7.5e9).")
-    ] = None,
-    layers: Annotated[int | None, typer.Option(help="Ad-hoc model: transformer blocks.")] = None,
-    hidden: Annotated[int | None, typer.Option(help="Ad-hoc model: hidden size.")] = None,
+    params: AdHocParams = None,
+    layers: AdHocLayers = None,
+    hidden: AdHocHidden = None,
     gpus: Annotated[
         int | None, typer.Option(help="GPUs per node (data-parallel ranks); default: the profile's.")
     ] = None,

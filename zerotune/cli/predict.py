@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 import typer
 
-from zerotune.cli.options import CheckpointInCpu
+from zerotune.cli.options import AdHocHidden, AdHocLayers, AdHocParams, CheckpointInCpu
 from zerotune.errors import InputError
 
 NAME = "predict"
@@ -86,11 +86,9 @@ def command(
             help="Catalog model name, profile .yaml or HF config.json (default: the one recommend recorded)."
         ),
     ] = None,
-    params: Annotated[
-        float | None, typer.Option(help="Ad-hoc model with this many parameters (e.g. 7.5e9).")
-    ] = None,
-    layers: Annotated[int | None, typer.Option(help="Ad-hoc model: transformer blocks.")] = None,
-    hidden: Annotated[int | None, typer.Option(help="Ad-hoc model: hidden size.")] = None,
+    params: AdHocParams = None,
+    layers: AdHocLayers = None,
+    hidden: AdHocHidden = None,
     profile: Annotated[
         str | None,
         typer.Option(

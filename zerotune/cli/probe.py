@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
+from zerotune.cli.options import Distributed, Fault
 from zerotune.errors import InputError
 from zerotune.files import refuse_overwrite
 
@@ -40,13 +41,8 @@ def command(
     timeout: Annotated[
         float, typer.Option(help="Seconds for the whole probe; ranks are stopped after.")
     ] = 300.0,
-    distributed: Annotated[
-        bool,
-        typer.Option(
-            "--distributed", help="Run as one rank under torchrun (every rank runs this); rank 0 reports."
-        ),
-    ] = False,
-    fault: Annotated[str | None, typer.Option(hidden=True, help="Test only: JSON fault injection.")] = None,
+    distributed: Distributed = False,
+    fault: Fault = None,
 ) -> None:
     from zerotune.catalog.hardware import cache_probe, dump_profile
     from zerotune.files import write_atomic
