@@ -181,8 +181,8 @@ def default_profile(notices: list[str]) -> tuple[HardwareProfile, str]:
 PROBE_ONLY_ERROR_PCT = 20.0
 """Expected step-time error of a prediction from a probed but uncalibrated profile: the probe-only
 MAPE of `scripts/accuracy.py` (17 held-out configs, 2 gloo ranks on this project's 2-core CPU testbed):
-19.3%, 19.3%, 18.3% and 20.9% in the idle-machine runs of 2026-11-23 once the probe measured host memory
-rates (README "Accuracy and speed"). The probe's microbenchmarks miss DeepSpeed's per-step, per-hook and
+19.3%, 19.3%, 18.3%, 20.9%, 26.3% and 20.3% in the idle-machine runs of 2026-11-23 once the probe
+measured host memory rates, median 19.8% (README "Accuracy and speed"). The probe's microbenchmarks miss DeepSpeed's per-step, per-hook and
 optimizer-step costs; `zerotune calibrate` measures them (4.0-7.4% held-out)."""
 
 CATALOG_ERROR_PCT = 24.0
