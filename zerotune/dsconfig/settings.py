@@ -70,6 +70,13 @@ class ZeroSettings(BaseModel):
     # keys): None = the model dtype, DeepSpeed's default for both (DEEPSPEED_FACTS §3.2, §3.3).
     communication_data_type: Literal["fp16", "bf16", "fp32"] | None = None
     grad_accum_dtype: Literal["fp16", "bf16", "fp32"] | None = None
+    # `bf16.bf16_master_weights_and_grads` / `fp16.fp16_master_weights_and_grads` (ZeRO 1-3): the
+    # optimizer's master weights and the gradient it steps on in that 16-bit dtype instead of fp32;
+    # `bf16.bf16_optimizer_states`: the moments too where the optimizer would otherwise keep them in
+    # fp32 (DeepSpeed's CPU Adam under offload). DEEPSPEED_FACTS §3.2; base_optimizer.py
+    # `_configure_master_weights`.
+    master_dtype: Literal["fp16", "bf16", "fp32"] = "fp32"
+    optimizer_states_16bit: bool = False
 
 
 class ResolvedConfig(BaseModel):
@@ -248,6 +255,8 @@ def resolve_zero(section: Any) -> ZeroSettings:
     values.pop("offload_param", None)
     values.pop("communication_data_type", None)
     values.pop("grad_accum_dtype", None)
+    values.pop("master_dtype", None)
+    values.pop("optimizer_states_16bit", None)
     stage = values.get("stage", 0)
     if stage not in (0, 1, 2, 3):
         values["stage"] = 0
@@ -282,6 +291,13 @@ def resolve(config: dict[str, Any]) -> ResolvedConfig:
     optimizer = config.get("optimizer")
     clip = config.get("gradient_clipping", 1.0)
     data_types = config.get("data_types")
+    bf16, fp16 = config.get("bf16") or config.get("bfloat16"), config.get("fp16")
+    bf16 = bf16 if isinstance(bf16, dict) else {}
+    fp16 = fp16 if isinstance(fp16, dict) else {}
+    # DeepSpeed reads both flags whatever precision is on; the fp16 one wins (they are exclusive)
+    master = "fp16" if _bool(fp16.get("fp16_master_weights_and_grads")) else None
+    if master is None and _bool(bf16.get("bf16_master_weights_and_grads")):
+        master = "bf16"
     comm = config.get("communication_data_type")
     zero = resolve_zero(config.get("zero_optimization")).model_copy(
         update={
@@ -292,6 +308,8 @@ def resolve(config: dict[str, Any]) -> ResolvedConfig:
             "grad_accum_dtype": _dtype(
                 data_types.get("grad_accum_dtype") if isinstance(data_types, dict) else None
             ),
+            "master_dtype": master or "fp32",
+            "optimizer_states_16bit": master == "bf16" and bool(_bool(bf16.get("bf16_optimizer_states"))),
         }
     )
     return ResolvedConfig(

@@ -15,8 +15,10 @@ DeepSpeed 0.19.8 allocates a little more than the paper counts, and `model_state
   partition). Stage 1/2 build it per parameter group inside `step()`; stage 3 per sub-group of at
   most `sub_group_size` elements; with optimizer offload it is a persistent pinned CPU buffer.
   DeepSpeed's own estimators count it ("4_grads_32bit"), the paper does not;
-- stage 1/2 clone the partition into a separate fp32 master even when the model is fp32
-  (`single_partition_of_fp32_groups`), while stage 3 reuses the fp32 partition;
+- every stage 1-3 clones the partition into a separate master even when the model dtype is the
+  master's (stage 1/2 `single_partition_of_fp32_groups`; stage 3 `_create_fp32_partitions` means to
+  reuse a same-dtype partition, but compares the tensor's torch.device with the string device name,
+  which is never equal: checked on a real 0.19.8 engine, tests/unit/test_master_weights.py);
 - stage 3 keeps the gradient partitions in the model dtype (`grad_partitions_flat_buffer`),
   which DeepSpeed's ZeRO-3 estimator leaves out;
 - CPU optimizer offload also keeps a 16-bit copy of the partition on the host (stage 1/2
@@ -129,7 +131,10 @@ class StateBytes:
     master: int
     """fp32 master weights"""
     moments: int
-    """optimizer moments (MOMENT_BYTES)"""
+    """optimizer moments (MOMENT_BYTES; half that in a 16-bit master dtype)"""
+    master_width: int = 4
+    """bytes per element of the master dtype, which the optimizer's gradient copy shares (fp32 unless
+    `bf16/fp16_master_weights_and_grads`)"""
 
     @property
     def k(self) -> int:
@@ -138,19 +143,35 @@ class StateBytes:
 
 
 @lru_cache(maxsize=256)
-def state_bytes(precision: str, optimizer: str, stage: int, *, offload: bool = False) -> StateBytes:
+def state_bytes(
+    precision: str,
+    optimizer: str,
+    stage: int,
+    *,
+    offload: bool = False,
+    master_dtype: str = "fp32",
+    states_16bit: bool = False,
+) -> StateBytes:
     """Bytes per parameter of each state for this precision, optimizer and stage.
 
     Mixed precision (bf16/fp16): 16-bit params and grads, fp32 master, fp32 gradient copy.
-    fp32: no separate gradient copy; a separate fp32 master only where DeepSpeed clones one
-    (stage 1/2 always, any stage with optimizer offload; stage 0 steps the model's own fp32
-    tensors, stage 3 reuses the fp32 partition: stage3.py `_create_fp32_partitions`).
+    fp32: no separate gradient copy; a separate fp32 master at stages 1-3 (the module docstring:
+    DeepSpeed clones the partition), none at stage 0, which steps the model's own tensors.
+    A 16-bit `master_dtype` (ZeRO 1-3, DeepSpeed 0.19.8): the master clone and the gradient copy the
+    optimizer steps on are in that dtype. On the GPU the optimizer creates its moments like the
+    master (16-bit); DeepSpeed's CPU Adam keeps them fp32 unless `states_16bit`
+    (`bf16_optimizer_states`).
     """
     e = DTYPE_BYTES[precision]
     moments = MOMENT_BYTES[optimizer]
+    if master_dtype != "fp32" and stage >= 1:
+        width = DTYPE_BYTES[master_dtype]
+        if not offload or states_16bit:
+            moments = moments * width // 4
+        return StateBytes(param=e, grad=e, grad_fp32=width, master=width, moments=moments, master_width=width)
     if e < 4:
         return StateBytes(param=e, grad=e, grad_fp32=4, master=4, moments=moments)
-    master = 4 if (stage in (1, 2) or offload) else 0
+    master = 4 if stage >= 1 else 0
     return StateBytes(param=4, grad=4, grad_fp32=0, master=master, moments=moments)
 
 
@@ -214,8 +235,9 @@ def model_states(
         grads = psi * sb.grad if stage == 1 else part * sb.grad
         step_elems = min(part, sub_group_size) if stage == 3 else part
         return ModelStates(params, grads, step_elems * sb.grad_fp32, part * sb.k, cpu, nvme)
-    # Optimizer offload: fp32 master + moments + fp32 gradient, and a model-dtype partition copy.
-    offloaded = part * (4 + sb.moments + 4)
+    # Optimizer offload: master + moments + gradient (fp32 unless a 16-bit master dtype), and a
+    # model-dtype partition copy.
+    offloaded = part * (sb.master_width + sb.moments + sb.master_width)
     cpu += part * sb.param
     if opt_dev == "nvme":
         nvme += offloaded
@@ -517,7 +539,14 @@ def estimate_memory(
     e = DTYPE_BYTES[precision]
     opt_dev = zero.offload_optimizer.device if stage > 0 else "none"
     par_dev = zero.offload_param.device if stage == 3 else "none"
-    sb = state_bytes(precision, workload.optimizer, stage, offload=opt_dev != "none")
+    sb = state_bytes(
+        precision,
+        workload.optimizer,
+        stage,
+        offload=opt_dev != "none",
+        master_dtype=zero.master_dtype,
+        states_16bit=zero.optimizer_states_16bit,
+    )
     persistent = gathered = kept = 0
     if stage == 3:
         persistent = _persistent(facts, zero.param_persistence_threshold, zero.model_persistence_threshold)

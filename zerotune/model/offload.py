@@ -10,7 +10,8 @@ compute stream otherwise):
   PCIe: torch converts dtypes on the CPU side of a host<->device copy, aten Copy.cu);
 - stage 3 (`partition_grads`): the partition lands in the CPU `grad_partitions_flat_buffer` and is
   brought back to the GPU to accumulate or to hand on (2 x grad-accum dtype every micro-step), and
-  at the boundary converted to fp32 on the GPU and copied to the optimizer's fp32 gradient (4 B).
+  at the boundary converted on the GPU to the master dtype and copied to the optimizer's gradient (4 B
+  fp32; 2 B under `bf16/fp16_master_weights_and_grads`).
 Optimizer step (`optimizer_transfer_s`, all blocking):
 - CPU Adam on the partition, then the updated 16-bit partition goes back to the GPU. At stage 3 it
   is copied per sub-group (`_post_step`/`_reassign_or_swap_out_partitioned_parameters`), each copy
@@ -36,6 +37,7 @@ from __future__ import annotations
 from zerotune.model.activations import checkpoint_host_bytes
 from zerotune.model.setup import StepSetup
 from zerotune.schema.hardware import HardwareProfile
+from zerotune.units import DTYPE_BYTES
 
 DEFAULT_PCIE_Bps = 25e9
 """Host<->device copy rate when the profile has none: ~80% of PCIe 4.0 x16's 31.5 GB/s."""
@@ -81,7 +83,7 @@ def cpu_adam_rate(s: StepSetup) -> float:
 def gradient_bytes_per_element(s: StepSetup, boundary: bool) -> int:
     """PCIe bytes per partition element after a reduction under optimizer offload (module docstring)."""
     if s.stage == 3:
-        return 2 * s.accum_bytes + (4 if boundary else 0)
+        return 2 * s.accum_bytes + (DTYPE_BYTES[s.zero.master_dtype] if boundary else 0)
     accumulate = not boundary or s.workload.grad_accum > 1
     return (2 * s.elem_bytes if accumulate else 0) + (s.elem_bytes if boundary else 0)
 

@@ -8,20 +8,33 @@ The update's seconds, first of:
    it without offload (the GPU, or the CPU of a CPU host). Under optimizer offload on a GPU host the
    update runs on the CPU and the next line applies instead;
 2. CPU Adam (`host.cpu_adam_params_per_s`) under offload or on a CPU host;
-3. fused Adam on GPU memory bandwidth (GPU_ADAM_BYTES_PER_PARAM / HBM bandwidth): the Adam kernel
+3. fused Adam on GPU memory bandwidth (`gpu_adam_bytes` / HBM bandwidth): the Adam kernel
    only, so it is a lower bound of DeepSpeed's step.
 """
 
 from __future__ import annotations
 
+from zerotune.model.memory import state_bytes
 from zerotune.model.offload import cpu_adam_rate, optimizer_transfer_s
 from zerotune.model.setup import StepSetup
 from zerotune.model.timeline import Timeline
 from zerotune.units import fmt_bytes
 
-GPU_ADAM_BYTES_PER_PARAM = 30
-"""HBM traffic of one fused Adam update with fp32 master weights: read master, grad, m, v (16 B),
-write master, m, v (12 B) and the 16-bit copy (2 B). The update is memory-bound on GPUs."""
+
+def gpu_adam_bytes(s: StepSetup) -> int:
+    """HBM traffic of one fused Adam update per parameter: read master, gradient copy and moments,
+    write master and moments, and the working copy where the master is a separate tensor (stages
+    1-3). With fp32 master weights under mixed precision 4+4+8 + 4+8 + 2 = 30 B; with bf16 master,
+    gradient and moments 2+2+4 + 2+4 + 2 = 16 B. The update is memory-bound on GPUs."""
+    sb = state_bytes(
+        s.workload.precision,
+        s.workload.optimizer,
+        s.stage,
+        master_dtype=s.zero.master_dtype,
+        states_16bit=s.zero.optimizer_states_16bit,
+    )
+    width = sb.master_width
+    return 2 * (width + sb.moments) + width + (sb.param if sb.master else 0)
 
 
 def optimizer_step(s: StepSetup, tl: Timeline) -> tuple[float, float]:
@@ -45,7 +58,7 @@ def optimizer_step(s: StepSetup, tl: Timeline) -> tuple[float, float]:
             s.notes.append("no HBM bandwidth in the profile: optimizer step assumed 1 ms/100M params")
             opt = part * 1e-11
         else:
-            opt = part * GPU_ADAM_BYTES_PER_PARAM / bw
+            opt = part * gpu_adam_bytes(s) / bw
     if offload:
         transfer = optimizer_transfer_s(s, part)
     if not fitted and not (offload and hw.has_gpus):
