@@ -162,6 +162,10 @@ class Run(BaseModel):
     activation_checkpointing: bool
     checkpoint_in_cpu: bool = Field(False, description="checkpoints held in host memory (cpu_checkpointing)")
     optimizer: Literal["adamw", "adam", "sgd", "lion", "adagrad"] = "adamw"
+    precision_section: dict[str, Any] = Field(
+        default_factory=dict,
+        description="the run's other keys of its bf16/fp16 section (bf16_master_weights_and_grads, ...)",
+    )
     zero: dict[str, Any] = Field(description="the run's zero_optimization block as DeepSpeed reads it")
     kernels: dict[str, str] = Field(
         default_factory=dict, description="workload options the source states (attention, loss, ...)"
@@ -185,7 +189,7 @@ class Run(BaseModel):
             "zero_optimization": self.zero,
         }
         if self.precision != "fp32":
-            config[self.precision] = {"enabled": True}
+            config[self.precision] = {"enabled": True, **self.precision_section}
         return config
 
 
