@@ -151,3 +151,16 @@ def test_state_saving_matches_deepspeeds_bf16_master_example() -> None:
         - estimate_memory(spec, work, low).per_gpu.optimizer_states
     )
     assert saved / 2**30 == pytest.approx(25.74 - 16.17, rel=0.01)
+
+
+def test_memory_notes_say_what_the_flags_changed() -> None:
+    from zerotune.catalog.models import load_model
+    from zerotune.dsconfig.settings import ZeroSettings
+    from zerotune.model.memory import estimate_memory
+    from zerotune.schema.workload import Workload
+
+    zero = resolve({"bf16": BF16_MASTER, "zero_optimization": {"stage": 3}}).zero
+    notes = estimate_memory(load_model("llama-7b"), Workload(gpus_per_node=8), zero).notes
+    assert any("6 B of optimizer state per parameter instead of 12" in n for n in notes), notes
+    plain = estimate_memory(load_model("llama-7b"), Workload(gpus_per_node=8), ZeroSettings(stage=3)).notes
+    assert not any("master_weights" in n for n in plain)

@@ -628,6 +628,12 @@ def estimate_memory(
         notes.append("stage 1/2 treat offload_optimizer.device nvme as cpu")
     if reused:
         notes.append(REUSE_NOTE)
+    if sb.master_width < 4:
+        notes.append(
+            f"{zero.master_dtype}_master_weights_and_grads: master weights and the optimizer's gradient copy in "
+            f"{zero.master_dtype}, moments in {'16' if sb.moments < MOMENT_BYTES[workload.optimizer] else '32'} bits: "
+            f"{sb.k} B of optimizer state per parameter instead of {4 + MOMENT_BYTES[workload.optimizer]}"
+        )
     if stage == 3:
         notes.append(_stage3_note(gathered, persistent, zero.prefetch_bucket_size, zero.max_live_parameters))
         if kept:
