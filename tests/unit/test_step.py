@@ -314,6 +314,19 @@ def test_cpu_adam_rate_is_the_nodes_shared_by_its_ranks():
     assert sixteen.optimizer_s == pytest.approx(one.optimizer_s, rel=1e-6)
 
 
+def test_a_fallback_cpu_adam_rate_says_how_far_off_it_may_be():
+    """Where the profile measured no CPU Adam rate, the estimate names the fallback and the published
+    range around it (zerotune/model/offload.py CPU_ADAM_PUBLISHED_RANGE); with a sourced rate it does not."""
+    model = load_model("gpt2-xl")
+    z = ZeroSettings(stage=3, offload_optimizer={"device": "cpu"}, offload_param={"device": "cpu"})
+    work = wl(precision="fp16", gpus_per_node=2, seq_len=128, micro_batch=16)
+    titan = predict_step(model, work, z, load_profile("2xtitan-rtx"))
+    (note,) = [n for n in titan.notes if n.startswith("CPU Adam rate not in the profile")]
+    assert "6.2e+07" in note and "1.6e+09" in note and f"{titan.optimizer_s:.3g} s" in note
+    dgx2 = predict_step(model, work.model_copy(update={"gpus_per_node": 16}), z, load_profile("dgx2-v100"))
+    assert not any(n.startswith("CPU Adam rate") for n in dgx2.notes)
+
+
 def test_cpu_checkpoint_copies_hide_under_their_pass_up_to_its_length(small, dgx):
     """cpu_checkpointing copies L - 1 block inputs to the host in forward and back in backward on a
     side stream: free while PCIe keeps up, and only the excess shows when it does not."""

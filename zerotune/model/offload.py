@@ -46,6 +46,13 @@ DEFAULT_CPU_ADAM_PARAMS_PER_S = 1e9
 """CPU Adam updates/s per node when the profile has none: DeepSpeedCPUAdam's AVX-512 kernel
 (Ren et al. 2021, ZeRO-Offload, §4.1: about 1B params/s on a 2-socket Xeon node)."""
 
+CPU_ADAM_PUBLISHED_RANGE = (0.062e9, 1.6e9)
+"""Published DeepSpeedCPUAdam rates per node, params/s, slowest and fastest found: 1.35B params in 21.8 s
+on a 10-core Xeon Silver 4210R (DeepSpeed issue #1635, `update_optims` timer, ZeRO-3 offload, one RTX
+3090); 10.28B in 6.2-6.5 s on a DGX-2's 2x24-core Xeon (DeepSpeed ZeRO-Offload tutorial log, the
+catalog's dgx2-v100). The fallback sits inside it; where the profile has no measured rate the estimate
+says the optimizer time may be off several-fold either way."""
+
 DEFAULT_NVME_Bps = 3e9
 """NVMe sequential rate per node when the profile has none (one PCIe 4.0 SSD)."""
 
