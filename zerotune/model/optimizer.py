@@ -57,6 +57,14 @@ def optimizer_step(s: StepSetup, tl: Timeline) -> tuple[float, float]:
         opt = part / fitted
     elif offload or not hw.has_gpus:
         opt = part / cpu_adam_rate(s)
+        if hw.host.cpu_adam_params_per_s is None:
+            low, high = CPU_ADAM_PUBLISHED_RANGE
+            s.notes.append(
+                f"CPU Adam rate not in the profile: {DEFAULT_CPU_ADAM_PARAMS_PER_S:.1e} params/s per node "
+                f"assumed; published DeepSpeed rates span {low:.2g} (10-core Xeon Silver) to {high:.2g} (DGX-2 "
+                f"host), so the optimizer's {opt:.3g} s may be off several-fold either way: `zerotune probe` "
+                "on the host measures it"
+            )
     else:
         bw = hw.gpu.hbm_bandwidth_Bps if hw.gpu and hw.gpu.hbm_bandwidth_Bps else None
         if bw is None:
@@ -66,14 +74,6 @@ def optimizer_step(s: StepSetup, tl: Timeline) -> tuple[float, float]:
             opt = part * gpu_adam_bytes(s) / bw
     if offload:
         transfer = optimizer_transfer_s(s, part)
-    if (offload or not hw.has_gpus) and not fitted and hw.host.cpu_adam_params_per_s is None:
-        low, high = CPU_ADAM_PUBLISHED_RANGE
-        s.notes.append(
-            f"CPU Adam rate not in the profile: {DEFAULT_CPU_ADAM_PARAMS_PER_S:.1e} params/s per node assumed; "
-            f"published DeepSpeed rates span {low:.2g} (10-core Xeon Silver) to {high:.2g} (DGX-2 host), so "
-            f"the optimizer's {opt:.3g} s may be off several-fold either way: `zerotune probe` on the host "
-            "measures it"
-        )
     if not fitted and not (offload and hw.has_gpus):
         s.notes.append(
             "optimizer_params_per_s not in the profile: the step's optimizer is Adam alone "
