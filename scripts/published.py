@@ -24,7 +24,8 @@ per-GPU total; each run says which counter the source read (max_allocated, max_r
 
 Metrics: MAPE and median signed error of throughput, Spearman rank correlation of tokens/s per GPU,
 MAPE of peak memory, "predicted not to fit" for runs that really ran, and the same errors per
-category (stage, offload, GPU generation, tokens per GPU per micro-step, multi-node, split).
+category (stage, offload, where the CPU Adam rate of an offload run comes from, GPU generation, tokens
+per GPU per micro-step, multi-node, split).
 The split (`fit` / `holdout`) is fixed per source by the rule in runs.yaml's header, chosen before
 any prediction was looked at, so a model fitted on `fit` runs can be judged on `holdout` ones.
 """
@@ -62,7 +63,14 @@ FlopsFormula = Literal["6n", "8n", "megatron", "megatron_recompute", "stated"]
 # Tokens per GPU per micro-step (micro-batch x seq_len): the bins the per-category table uses.
 TOKEN_BINS = ((0, 1024, "<1k"), (1024, 4096, "1k-4k"), (4096, 16384, "4k-16k"), (16384, math.inf, ">=16k"))
 # GPU generation from compute capability (https://developer.nvidia.com/cuda-gpus).
-GENERATIONS = {"7.0": "volta", "7.5": "turing", "8.0": "ampere", "8.6": "ampere", "8.9": "ada", "9.0": "hopper"}
+GENERATIONS = {
+    "7.0": "volta",
+    "7.5": "turing",
+    "8.0": "ampere",
+    "8.6": "ampere",
+    "8.9": "ada",
+    "9.0": "hopper",
+}
 
 
 class Source(BaseModel):
@@ -85,7 +93,9 @@ class Measured(BaseModel):
     tflops_per_gpu: float | None = Field(None, gt=0)
     flops_formula: FlopsFormula | None = None
     flops_per_token: float | None = Field(
-        None, gt=0, description="with flops_formula 'stated': the source's own FLOPs per token (its formula, its dims)"
+        None,
+        gt=0,
+        description="with flops_formula 'stated': the source's own FLOPs per token (its formula, its dims)",
     )
     throughput_note: str | None = Field(None, description="how the source timed it (what is in / out)")
     peak_memory_bytes: int | None = Field(None, gt=0, description="per GPU")
@@ -225,7 +235,9 @@ def run_hardware(run: Run, spec, precision: str):
             name: perf.model_copy(update={"busbw_Bps": box.busbw_Bps, "curve": [], "source": box.derivation})
             for name, perf in link.collectives.items()
         }
-        hardware = hardware.model_copy(update={"intra_node": link.model_copy(update={"collectives": collectives})})
+        hardware = hardware.model_copy(
+            update={"intra_node": link.model_copy(update={"collectives": collectives})}
+        )
     return hardware
 
 
@@ -326,12 +338,29 @@ def predict_run(run: Run) -> dict[str, Any]:
         "memory_error": None,
         "fits": memory.fits,
         "ran_but_predicted_oom": memory.fits is False and not run.at_memory_limit,
-        "setup": (run.model, run.profile, run.world, run.precision, run.seq_len, run.micro_batch, run.grad_accum),
+        "cpu_adam": _cpu_adam_source(z, hardware, estimate.notes),
+        "setup": (
+            run.model,
+            run.profile,
+            run.world,
+            run.precision,
+            run.seq_len,
+            run.micro_batch,
+            run.grad_accum,
+        ),
         "unsupported_kernels": unsupported,
     }
     if run.measured.peak_memory_bytes:
         row["memory_error"] = memory.per_gpu.total / run.measured.peak_memory_bytes - 1
     return row
+
+
+def _cpu_adam_source(zero, hardware, notes) -> str:
+    """Where the run's CPU Adam rate comes from: "none" (no optimizer offload), "profile" (the catalog's
+    sourced rate) or "fallback" (zerotune's default, flagged in the estimate's notes)."""
+    if zero.offload_optimizer.device == "none":
+        return "none"
+    return "fallback" if any(n.startswith("CPU Adam rate not in the profile") for n in notes) else "profile"
 
 
 def spearman(xs: list[float], ys: list[float]) -> float | None:
@@ -413,7 +442,7 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-CATEGORIES = ("stage", "offload", "generation", "token_bin", "multi_node", "split")
+CATEGORIES = ("stage", "offload", "cpu_adam", "generation", "token_bin", "multi_node", "split")
 
 
 def by_category(rows: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:

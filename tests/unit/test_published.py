@@ -166,7 +166,10 @@ def test_same_box_rows_replace_the_catalog_compute_rate_and_bandwidth() -> None:
         ("all_gather", "reduce_scatter", "all_reduce"), 0.634e9
     )
     catalog = load_profile("4xrtx4090")
-    assert catalog.compute.achieved_flops == {} and catalog.intra_node.collectives["all_reduce"].busbw_Bps == 15.75e9
+    assert (
+        catalog.compute.achieved_flops == {}
+        and catalog.intra_node.collectives["all_reduce"].busbw_Bps == 15.75e9
+    )
     # every same_box names the rows it comes from and how
     for r in RUNS:
         if r.same_box is not None:
@@ -186,6 +189,15 @@ def test_json_output_has_the_summary_and_categories(capsys) -> None:
     assert published.main(["--json", "--split", "holdout"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["split"] == "holdout"
-    assert {"stage", "offload", "generation", "token_bin", "multi_node"} <= set(doc["categories"])
+    assert {"stage", "offload", "cpu_adam", "generation", "token_bin", "multi_node"} <= set(doc["categories"])
     assert all(row["split"] == "holdout" for row in doc["runs"])
     assert doc["summary"]["runs"] == len(doc["runs"]) > 0
+
+
+def test_offload_runs_say_where_their_cpu_adam_rate_comes_from(result) -> None:
+    """The TITAN RTX box states no host CPU: its rate is zerotune's fallback; the DGX-2 tutorial run uses
+    the catalog's sourced rate; runs without optimizer offload have none."""
+    source = {r["id"]: r["cpu_adam"] for r in result["runs"]}
+    assert source["hf-blog-gpt2xl-z3-offload-2xtitanrtx-mbs16"] == "fallback"
+    assert source["ds-tutorial-offload-megatron-10b-1gpu"] == "profile"
+    assert source["autotune-gpt2-z0-mbs11"] == "none"
