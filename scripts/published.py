@@ -144,6 +144,12 @@ class SameBox(BaseModel):
         description="the same model, precision, seq_len and micro-batch on one GPU of the box, no ZeRO: "
         "its achieved FLOP/s (zerotune's training FLOPs per token x this rate) replaces the profile's",
     )
+    single_gpu_profile: str | None = Field(
+        None,
+        description="catalog profile of the GPU the single-GPU row ran on, where the source ran it on a "
+        "sibling of the run's GPU (the same chip and SM count, another board): its rate is scaled by the "
+        "ratio of the two GPUs' datasheet peaks for the precision (their clocks)",
+    )
     busbw_Bps: float | None = Field(
         None, gt=0, description="intra-node bus bandwidth, every collective, derived as `derivation` shows"
     )
@@ -221,9 +227,13 @@ def run_hardware(run: Run, spec, precision: str):
         return hardware
     if box.single_gpu_tokens_per_s is not None:
         flops = training_flops_per_token(spec, run.seq_len, recompute=run.activation_checkpointing)
+        scale = 1.0
+        if box.single_gpu_profile is not None:
+            sibling = load_profile(box.single_gpu_profile).gpu.peak_flops(precision)
+            scale = hardware.gpu.peak_flops(precision) / sibling
         compute = hardware.compute.model_copy(
             update={
-                "achieved_flops": {precision: flops * box.single_gpu_tokens_per_s},
+                "achieved_flops": {precision: flops * box.single_gpu_tokens_per_s * scale},
                 "shape_points": {},
                 "source": f"{run.id} same_box: {box.derivation}",
             }

@@ -185,10 +185,10 @@ MAPE of `scripts/accuracy.py` (17 held-out configs, 2 gloo ranks on this project
 measured host memory rates, median 19.8% (README "Accuracy and speed"). The probe's microbenchmarks miss DeepSpeed's per-step, per-hook and
 optimizer-step costs; `zerotune calibrate` measures them (4.0-7.4% held-out)."""
 
-CATALOG_ERROR_PCT = 22.0
+CATALOG_ERROR_PCT = 18.0
 """Expected step-time error of a prediction from a catalog (datasheet) GPU profile: the throughput MAPE
-of `scripts/published.py` on the published runs it did not fit on (21.5% over 16 held-out runs, 22.3%
-over all 48; data/published/recorded.json, checked by tests/unit/test_published.py)."""
+of `scripts/published.py` on the published runs it did not fit on (18.0% over 16 held-out runs, 20.9%
+over all 49; data/published/recorded.json, checked by tests/unit/test_published.py)."""
 
 
 def provenance(profile: HardwareProfile) -> str:
