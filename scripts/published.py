@@ -141,8 +141,9 @@ class SameBox(BaseModel):
     single_gpu_tokens_per_s: float | None = Field(
         None,
         gt=0,
-        description="the same model, precision, seq_len and micro-batch on one GPU of the box, no ZeRO: "
-        "its achieved FLOP/s (zerotune's training FLOPs per token x this rate) replaces the profile's",
+        description="the same model, precision and seq_len without ZeRO, per GPU: on one GPU of the box, or "
+        "in a DDP row whose gradient all-reduce hides under backward (as `derivation` shows); its achieved "
+        "FLOP/s (zerotune's training FLOPs per token x this rate) replaces the profile's",
     )
     single_gpu_profile: str | None = Field(
         None,
