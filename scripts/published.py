@@ -52,6 +52,7 @@ from zerotune.dsconfig.settings import resolve  # noqa: E402
 from zerotune.files import write_atomic  # noqa: E402
 from zerotune.model.compute import training_flops_per_token  # noqa: E402
 from zerotune.model.memory import estimate_memory  # noqa: E402
+from zerotune.model.optimizer import CPU_ADAM_FALLBACK  # noqa: E402
 from zerotune.model.step import predict_step  # noqa: E402
 from zerotune.schema.workload import Workload  # noqa: E402
 
@@ -63,14 +64,7 @@ FlopsFormula = Literal["6n", "8n", "megatron", "megatron_recompute", "stated"]
 # Tokens per GPU per micro-step (micro-batch x seq_len): the bins the per-category table uses.
 TOKEN_BINS = ((0, 1024, "<1k"), (1024, 4096, "1k-4k"), (4096, 16384, "4k-16k"), (16384, math.inf, ">=16k"))
 # GPU generation from compute capability (https://developer.nvidia.com/cuda-gpus).
-GENERATIONS = {
-    "7.0": "volta",
-    "7.5": "turing",
-    "8.0": "ampere",
-    "8.6": "ampere",
-    "8.9": "ada",
-    "9.0": "hopper",
-}
+GENERATIONS = {"7.0": "volta", "7.5": "turing", "8.0": "ampere", "8.6": "ampere", "8.9": "ada", "9.0": "hopper"}
 
 
 class Source(BaseModel):
@@ -93,9 +87,7 @@ class Measured(BaseModel):
     tflops_per_gpu: float | None = Field(None, gt=0)
     flops_formula: FlopsFormula | None = None
     flops_per_token: float | None = Field(
-        None,
-        gt=0,
-        description="with flops_formula 'stated': the source's own FLOPs per token (its formula, its dims)",
+        None, gt=0, description="with flops_formula 'stated': the source's own FLOPs per token (its formula, its dims)"
     )
     throughput_note: str | None = Field(None, description="how the source timed it (what is in / out)")
     peak_memory_bytes: int | None = Field(None, gt=0, description="per GPU")
@@ -246,9 +238,7 @@ def run_hardware(run: Run, spec, precision: str):
             name: perf.model_copy(update={"busbw_Bps": box.busbw_Bps, "curve": [], "source": box.derivation})
             for name, perf in link.collectives.items()
         }
-        hardware = hardware.model_copy(
-            update={"intra_node": link.model_copy(update={"collectives": collectives})}
-        )
+        hardware = hardware.model_copy(update={"intra_node": link.model_copy(update={"collectives": collectives})})
     return hardware
 
 
@@ -350,15 +340,7 @@ def predict_run(run: Run) -> dict[str, Any]:
         "fits": memory.fits,
         "ran_but_predicted_oom": memory.fits is False and not run.at_memory_limit,
         "cpu_adam": _cpu_adam_source(z, hardware, estimate.notes),
-        "setup": (
-            run.model,
-            run.profile,
-            run.world,
-            run.precision,
-            run.seq_len,
-            run.micro_batch,
-            run.grad_accum,
-        ),
+        "setup": (run.model, run.profile, run.world, run.precision, run.seq_len, run.micro_batch, run.grad_accum),
         "unsupported_kernels": unsupported,
     }
     if run.measured.peak_memory_bytes:
@@ -371,7 +353,7 @@ def _cpu_adam_source(zero, hardware, notes) -> str:
     sourced rate) or "fallback" (zerotune's default, flagged in the estimate's notes)."""
     if zero.offload_optimizer.device == "none":
         return "none"
-    return "fallback" if any(n.startswith("CPU Adam rate not in the profile") for n in notes) else "profile"
+    return "fallback" if any(n.startswith(CPU_ADAM_FALLBACK) for n in notes) else "profile"
 
 
 def spearman(xs: list[float], ys: list[float]) -> float | None:

@@ -166,10 +166,7 @@ def test_same_box_rows_replace_the_catalog_compute_rate_and_bandwidth() -> None:
         ("all_gather", "reduce_scatter", "all_reduce"), 0.634e9
     )
     catalog = load_profile("4xrtx4090")
-    assert (
-        catalog.compute.achieved_flops == {}
-        and catalog.intra_node.collectives["all_reduce"].busbw_Bps == 15.75e9
-    )
+    assert catalog.compute.achieved_flops == {} and catalog.intra_node.collectives["all_reduce"].busbw_Bps == 15.75e9
     # every same_box names the rows it comes from and how
     for r in RUNS:
         if r.same_box is not None:

@@ -294,7 +294,7 @@ def resolve(config: dict[str, Any]) -> ResolvedConfig:
     bf16, fp16 = config.get("bf16") or config.get("bfloat16"), config.get("fp16")
     bf16 = bf16 if isinstance(bf16, dict) else {}
     fp16 = fp16 if isinstance(fp16, dict) else {}
-    # DeepSpeed reads both flags whatever precision is on; the fp16 one wins (they are exclusive)
+    # DeepSpeed reads both flags whatever precision is on, and rejects both at once (fp16 read first here)
     master = "fp16" if _bool(fp16.get("fp16_master_weights_and_grads")) else None
     if master is None and _bool(bf16.get("bf16_master_weights_and_grads")):
         master = "bf16"

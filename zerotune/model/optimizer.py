@@ -25,6 +25,10 @@ from zerotune.model.setup import StepSetup
 from zerotune.model.timeline import Timeline
 from zerotune.units import fmt_bytes
 
+CPU_ADAM_FALLBACK = "CPU Adam rate not in the profile"
+"""How the note that a step rests on the fallback CPU Adam rate begins (recommend and the published
+suite look for it)."""
+
 
 def gpu_adam_bytes(s: StepSetup) -> int:
     """HBM traffic of one fused Adam update per parameter: read master, gradient copy and moments,
@@ -60,7 +64,7 @@ def optimizer_step(s: StepSetup, tl: Timeline) -> tuple[float, float]:
         if hw.host.cpu_adam_params_per_s is None:
             low, high = CPU_ADAM_PUBLISHED_RANGE
             s.notes.append(
-                f"CPU Adam rate not in the profile: {DEFAULT_CPU_ADAM_PARAMS_PER_S:.1e} params/s per node "
+                f"{CPU_ADAM_FALLBACK}: {DEFAULT_CPU_ADAM_PARAMS_PER_S:.1e} params/s per node "
                 f"assumed; published DeepSpeed rates span {low:.2g} (10-core Xeon Silver) to {high:.2g} (DGX-2 "
                 f"host), so the optimizer's {opt:.3g} s may be off several-fold either way: `zerotune probe` "
                 "on the host measures it"

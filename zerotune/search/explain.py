@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from zerotune.model.comm import fill_buckets
+from zerotune.model.optimizer import CPU_ADAM_FALLBACK
 from zerotune.search.objective import LADDER, MEMORY_TOLERANCE, TIE_BAND, quantize
 from zerotune.search.rank import Evaluation, SearchResult, host_rank_capacity
 from zerotune.search.space import Candidate, busbw_at
@@ -475,6 +476,8 @@ def explain(result: SearchResult, best: Evaluation | None = None) -> Explanation
             f"WARNING: host RAM NOT checked ({hw.name} records no host.ram_bytes): this offload needs "
             f"{fmt_gib(best.memory.cpu_bytes_per_node)} of host RAM per node",
         )
+    notes = best.step.notes if best.step is not None else ()
+    summary += tuple("WARNING: " + n for n in notes if n.startswith(CPU_ADAM_FALLBACK))[:1]
     if result.request.objective == "memory":
         summary += (
             f"objective memory: least per-GPU memory within {MEMORY_TOLERANCE:.0%} of the best throughput",
