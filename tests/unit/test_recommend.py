@@ -263,3 +263,17 @@ def test_hf_keep_tuned_keeps_the_tuned_sizes() -> None:
     assert literal.hf_values["zero_optimization.stage3_param_persistence_threshold"] == 10 * 5120
     assert any(line.startswith("--hf: HF fills") for line in literal.explanation.summary)
     assert literal.as_run is not literal.best and literal.written is not None
+
+
+def test_an_offload_pick_on_a_fallback_cpu_adam_rate_is_flagged() -> None:
+    """llama-13b does not fit 4x RTX 4090 without optimizer offload, and that profile states no CPU Adam
+    rate: the summary warns that the pick's optimizer time is the fallback's, and not once the host's rate
+    is known (the same value, measured)."""
+    rec = recommend(load_model("llama-13b"), load_profile("4xrtx4090"))
+    assert rec.best.candidate.offload_optimizer != "none"
+    assert any(line.startswith("WARNING: CPU Adam rate not in the profile") for line in rec.explanation.summary)
+    box = load_profile("4xrtx4090")
+    measured = box.model_copy(update={"host": box.host.model_copy(update={"cpu_adam_params_per_s": 1e9})})
+    sourced = recommend(load_model("llama-13b"), measured)
+    assert sourced.best.candidate.offload_optimizer != "none"
+    assert not any("CPU Adam rate" in line for line in sourced.explanation.summary)
