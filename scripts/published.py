@@ -340,6 +340,7 @@ def predict_run(run: Run) -> dict[str, Any]:
         "fits": memory.fits,
         "ran_but_predicted_oom": memory.fits is False and not run.at_memory_limit,
         "cpu_adam": _cpu_adam_source(z, hardware, estimate.notes),
+        "method": run.measured.throughput_note,
         "setup": (run.model, run.profile, run.world, run.precision, run.seq_len, run.micro_batch, run.grad_accum),
         "unsupported_kernels": unsupported,
     }
@@ -382,13 +383,17 @@ def spearman(xs: list[float], ys: list[float]) -> float | None:
 
 
 def stage_order_violations(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Pairs of runs with the same setup but a different ZeRO stage whose measured order the prediction
-    reverses (issue 10: ZeRO-3 must not be predicted faster where it was measured slower)."""
+    """Pairs of runs with the same setup, measured the same way (one `throughput_note`: an autotuner's
+    timer metric and an end-to-end rate are not comparable), but a different ZeRO stage whose measured
+    order the prediction reverses (issue 10: ZeRO-3 must not be predicted faster where it was measured
+    slower)."""
     out = []
     timed = [r for r in rows if r["measured_tokens_per_s"] is not None]
     for i, a in enumerate(timed):
         for b in timed[i + 1 :]:
-            if a["setup"] != b["setup"] or a["stage"] == b["stage"] or a["offload"] != b["offload"]:
+            if a["setup"] != b["setup"] or a["method"] != b["method"]:
+                continue
+            if a["stage"] == b["stage"] or a["offload"] != b["offload"]:
                 continue
             lo, hi = (a, b) if a["stage"] < b["stage"] else (b, a)
             measured = hi["measured_tokens_per_s"] / lo["measured_tokens_per_s"]
