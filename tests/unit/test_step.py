@@ -488,6 +488,11 @@ def test_sub_group_size_is_not_a_speed_knob_and_nvme_moves_32_bytes(small, dgx):
     write = (dgx.host.nvme_write_Bps or dgx.host.nvme_read_Bps or 3e9) / 8
     part = small.params / 8
     assert nvme.offload_s - few.offload_s == pytest.approx(part * 16 / rate + part * 16 / write, rel=1e-6)
+    # bf16 master weights, gradients and moments swap half that: 2 + 4 + 2 B each way
+    low = {"master_dtype": "bf16", "optimizer_states_16bit": True}
+    nvme16 = predict_step(small, wl(), ZeroSettings(stage=3, offload_optimizer={"device": "nvme"}, **low), dgx)
+    few16 = predict_step(small, wl(), ZeroSettings(**base, **low), dgx)
+    assert nvme16.offload_s - few16.offload_s == pytest.approx(part * 8 / rate + part * 8 / write, rel=1e-6)
 
 
 def test_communication_dtype_sets_reduction_bytes():

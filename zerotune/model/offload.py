@@ -19,7 +19,7 @@ Optimizer step (`optimizer_transfer_s`, all blocking):
   `sub_group_size` does not change the step time this way;
 - NVMe optimizer (stage 3; stage 1/2 treat nvme as cpu): fp32 master, m, v are read before and
   written after each sub-group's update (12 + 12 B), and the fp32 gradients were swapped out at the
-  boundary and are read back (4 + 4 B): 32 B per element;
+  boundary and are read back (4 + 4 B): 32 B per element for Adam (`nvme_optimizer_bytes`);
 - `offload_param: nvme`: the updated 16-bit parameters are written back to NVMe.
 Activation checkpoints under cpu_checkpointing (`checkpoint_copy_s`): each block input but the last goes
 to pinned host memory in forward and comes back in backward, on the offload engine's own stream
@@ -35,6 +35,7 @@ bandwidth, well above PCIe).
 from __future__ import annotations
 
 from zerotune.model.activations import checkpoint_host_bytes
+from zerotune.model.memory import state_bytes
 from zerotune.model.setup import StepSetup
 from zerotune.schema.hardware import HardwareProfile
 from zerotune.units import DTYPE_BYTES
@@ -56,11 +57,21 @@ says the optimizer time may be off several-fold either way."""
 DEFAULT_NVME_Bps = 3e9
 """NVMe sequential rate per node when the profile has none (one PCIe 4.0 SSD)."""
 
-NVME_OPTIMIZER_READ_BYTES = 16
-"""Per element per step read from NVMe by the stage-3 optimizer swapper: fp32 master, m, v, grad."""
-NVME_OPTIMIZER_WRITE_BYTES = 16
-"""Written: fp32 master, m, v after the update (12) and the fp32 gradient swapped out at the
-boundary (4) (`_swap_out_offload_fp32_gradients`)."""
+
+def nvme_optimizer_bytes(s: StepSetup) -> int:
+    """Bytes per partition element the stage-3 NVMe optimizer swapper reads per step, and writes again:
+    master, moments and gradient (`_swap_out_offload_fp32_gradients` writes the gradient at the
+    boundary; the update reads all three and writes back master and moments). 4 + 8 + 4 = 16 B for
+    mixed-precision Adam; less with a 16-bit master or 16-bit moments (memory.py `state_bytes`)."""
+    sb = state_bytes(
+        s.workload.precision,
+        s.workload.optimizer,
+        s.stage,
+        offload=True,
+        master_dtype=s.zero.master_dtype,
+        states_16bit=s.zero.optimizer_states_16bit,
+    )
+    return 2 * sb.master_width + sb.moments
 
 
 def pcie(hardware: HardwareProfile) -> float:
@@ -105,8 +116,8 @@ def optimizer_transfer_s(s: StepSetup, part: float) -> float:
     z, hw = s.zero, s.hardware
     transfer = part * s.elem_bytes / pcie(hw) if hw.has_gpus else 0.0
     if s.stage == 3 and z.offload_optimizer.device == "nvme":
-        transfer += part * NVME_OPTIMIZER_READ_BYTES / _nvme(s, write=False)
-        transfer += part * NVME_OPTIMIZER_WRITE_BYTES / _nvme(s, write=True)
+        swapped = part * nvme_optimizer_bytes(s)
+        transfer += swapped / _nvme(s, write=False) + swapped / _nvme(s, write=True)
     if s.stage == 3 and z.offload_param.device == "nvme":
         transfer += part * s.elem_bytes / _nvme(s, write=True)
     return transfer
