@@ -175,6 +175,18 @@ def state_bytes(
     return StateBytes(param=4, grad=4, grad_fp32=0, master=master, moments=moments)
 
 
+def config_state_bytes(workload: Workload, zero: ZeroSettings, *, offload: bool) -> StateBytes:
+    """`state_bytes` of a workload under a resolved config (precision, optimizer, stage, master dtype)."""
+    return state_bytes(
+        workload.precision,
+        workload.optimizer,
+        zero.stage,
+        offload=offload,
+        master_dtype=zero.master_dtype,
+        states_16bit=zero.optimizer_states_16bit,
+    )
+
+
 @dataclass(frozen=True)
 class ModelStates:
     """Where the model states of one rank live, in bytes. GPU terms map onto MemoryBreakdown."""
@@ -539,14 +551,7 @@ def estimate_memory(
     e = DTYPE_BYTES[precision]
     opt_dev = zero.offload_optimizer.device if stage > 0 else "none"
     par_dev = zero.offload_param.device if stage == 3 else "none"
-    sb = state_bytes(
-        precision,
-        workload.optimizer,
-        stage,
-        offload=opt_dev != "none",
-        master_dtype=zero.master_dtype,
-        states_16bit=zero.optimizer_states_16bit,
-    )
+    sb = config_state_bytes(workload, zero, offload=opt_dev != "none")
     persistent = gathered = kept = 0
     if stage == 3:
         persistent = _persistent(facts, zero.param_persistence_threshold, zero.model_persistence_threshold)

@@ -35,7 +35,7 @@ bandwidth, well above PCIe).
 from __future__ import annotations
 
 from zerotune.model.activations import checkpoint_host_bytes
-from zerotune.model.memory import state_bytes
+from zerotune.model.memory import config_state_bytes
 from zerotune.model.setup import StepSetup
 from zerotune.schema.hardware import HardwareProfile
 from zerotune.units import DTYPE_BYTES
@@ -63,14 +63,7 @@ def nvme_optimizer_bytes(s: StepSetup) -> int:
     master, moments and gradient (`_swap_out_offload_fp32_gradients` writes the gradient at the
     boundary; the update reads all three and writes back master and moments). 4 + 8 + 4 = 16 B for
     mixed-precision Adam; less with a 16-bit master or 16-bit moments (memory.py `state_bytes`)."""
-    sb = state_bytes(
-        s.workload.precision,
-        s.workload.optimizer,
-        s.stage,
-        offload=True,
-        master_dtype=s.zero.master_dtype,
-        states_16bit=s.zero.optimizer_states_16bit,
-    )
+    sb = config_state_bytes(s.workload, s.zero, offload=True)
     return 2 * sb.master_width + sb.moments
 
 

@@ -14,7 +14,7 @@ The update's seconds, first of:
 
 from __future__ import annotations
 
-from zerotune.model.memory import state_bytes
+from zerotune.model.memory import config_state_bytes
 from zerotune.model.offload import (
     CPU_ADAM_PUBLISHED_RANGE,
     DEFAULT_CPU_ADAM_PARAMS_PER_S,
@@ -35,13 +35,7 @@ def gpu_adam_bytes(s: StepSetup) -> int:
     write master and moments, and the working copy where the master is a separate tensor (stages
     1-3). With fp32 master weights under mixed precision 4+4+8 + 4+8 + 2 = 30 B; with bf16 master,
     gradient and moments 2+2+4 + 2+4 + 2 = 16 B. The update is memory-bound on GPUs."""
-    sb = state_bytes(
-        s.workload.precision,
-        s.workload.optimizer,
-        s.stage,
-        master_dtype=s.zero.master_dtype,
-        states_16bit=s.zero.optimizer_states_16bit,
-    )
+    sb = config_state_bytes(s.workload, s.zero, offload=False)
     width = sb.master_width
     return 2 * (width + sb.moments) + width + (sb.param if sb.master else 0)
 
