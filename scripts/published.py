@@ -52,7 +52,6 @@ from zerotune.dsconfig.settings import resolve  # noqa: E402
 from zerotune.files import write_atomic  # noqa: E402
 from zerotune.model.compute import training_flops_per_token  # noqa: E402
 from zerotune.model.memory import estimate_memory  # noqa: E402
-from zerotune.model.optimizer import CPU_ADAM_FALLBACK  # noqa: E402
 from zerotune.model.step import predict_step  # noqa: E402
 from zerotune.schema.workload import Workload  # noqa: E402
 
@@ -339,7 +338,7 @@ def predict_run(run: Run) -> dict[str, Any]:
         "memory_error": None,
         "fits": memory.fits,
         "ran_but_predicted_oom": memory.fits is False and not run.at_memory_limit,
-        "cpu_adam": _cpu_adam_source(z, hardware, estimate.notes),
+        "cpu_adam": _cpu_adam_source(z, hardware),
         "method": run.measured.throughput_note,
         "setup": (run.model, run.profile, run.world, run.precision, run.seq_len, run.micro_batch, run.grad_accum),
         "unsupported_kernels": unsupported,
@@ -349,12 +348,12 @@ def predict_run(run: Run) -> dict[str, Any]:
     return row
 
 
-def _cpu_adam_source(zero, hardware, notes) -> str:
+def _cpu_adam_source(zero, hardware) -> str:
     """Where the run's CPU Adam rate comes from: "none" (no optimizer offload), "profile" (the catalog's
-    sourced rate) or "fallback" (zerotune's default, flagged in the estimate's notes)."""
+    sourced rate) or "fallback" (zerotune's default, which the estimate's notes flag)."""
     if zero.offload_optimizer.device == "none":
         return "none"
-    return "fallback" if any(n.startswith(CPU_ADAM_FALLBACK) for n in notes) else "profile"
+    return "profile" if hardware.host.cpu_adam_params_per_s else "fallback"
 
 
 def spearman(xs: list[float], ys: list[float]) -> float | None:

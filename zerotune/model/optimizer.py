@@ -26,8 +26,8 @@ from zerotune.model.timeline import Timeline
 from zerotune.units import fmt_bytes
 
 CPU_ADAM_FALLBACK = "CPU Adam rate not in the profile"
-"""How the note that a step rests on the fallback CPU Adam rate begins (recommend and the published
-suite look for it)."""
+"""How the note that a step rests on the fallback CPU Adam rate begins (recommend looks for it to
+warn)."""
 
 
 def gpu_adam_bytes(s: StepSetup) -> int:
