@@ -111,7 +111,7 @@ def reconstruct_config(scan: Scan) -> dict[str, Any] | None:
 
 
 def workload_for(config: dict[str, Any], job: Job) -> Workload:
-    from zerotune.cli.predict import batch_triple  # DeepSpeed's batch inference, stated once there
+    from zerotune.job import batch_triple  # DeepSpeed's batch inference, stated once there
 
     r = resolve(config)
     micro, accum = batch_triple(r.train_batch_size, r.micro_batch, r.grad_accum, job.world)
@@ -295,7 +295,7 @@ def knob_micro_batch(config: dict[str, Any], ckpt: bool, job: Job) -> Iterator[E
     if config.get("train_micro_batch_size_per_gpu") == "auto":
         return
     r = resolve(config)
-    from zerotune.cli.predict import batch_triple
+    from zerotune.job import batch_triple
 
     micro, accum = batch_triple(r.train_batch_size, r.micro_batch, r.grad_accum, job.world)
     new = micro // 2

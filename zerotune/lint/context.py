@@ -25,8 +25,11 @@ class LintOptions:
     gpus: int | None = None
     gpu_memory_gib: float | None = None
     bf16_capable: bool | None = None
-    seq_len: int = 2048
-    """Tokens per sequence for the memory rules' activation estimate (the config does not say)."""
+    seq_len: int | None = None
+    """Tokens per sequence for the memory rules' activation estimate (the config does not say; None:
+    zerotune.job's default)."""
+    checkpointing: bool | None = None
+    """Activation checkpointing in the training script, for the memory rules (None: zerotune.job's default)."""
     verbose: bool = False
     """Let a check's exception propagate (a traceback) instead of becoming a ZT000 finding."""
 

@@ -31,19 +31,16 @@ Everything here is pure arithmetic on ints: the search calls `estimate_memory` f
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from functools import lru_cache
 
 from zerotune.dsconfig.settings import ZeroSettings
 from zerotune.model.activations import activation_bytes, checkpoint_host_bytes
+from zerotune.model.fit import SAFETY_MARGIN, padded
 from zerotune.schema.hardware import HardwareProfile
 from zerotune.schema.model import ModelSpec
 from zerotune.schema.workload import Workload
 from zerotune.units import DTYPE_BYTES, GiB, fmt_bytes, fmt_count
-
-DEFAULT_MARGIN = 0.05
-"""Headroom asked for on top of the estimate: the model's own error, not fragmentation (below)."""
 
 CUDA_CONTEXT_BYTES = 1 * GiB
 """Fixed per-process GPU memory outside PyTorch's allocator: the CUDA context and the kernel images
@@ -535,7 +532,7 @@ def estimate_memory(
     zero: ZeroSettings,
     *,
     hardware: HardwareProfile | None = None,
-    safety_margin: float = DEFAULT_MARGIN,
+    safety_margin: float = SAFETY_MARGIN,
 ) -> MemoryEstimate:
     """Peak bytes per GPU (and host/NVMe per node) of one data-parallel DeepSpeed ZeRO rank.
 
@@ -623,7 +620,7 @@ def estimate_memory(
     notes: list[str] = []
     if hardware is not None and hardware.has_gpus and hardware.gpu.memory_bytes:
         capacity = hardware.gpu.memory_bytes
-        headroom = capacity - math.ceil(breakdown.total * (1 + safety_margin))
+        headroom = capacity - padded(breakdown.total, safety_margin)
         fits = headroom >= 0
     elif hardware is not None:
         notes.append(f"profile {hardware.name!r} has no GPU memory size: fit cannot be judged")
@@ -709,7 +706,7 @@ def compare_options(
     *,
     hardware: HardwareProfile | None = None,
     base: ZeroSettings | None = None,
-    safety_margin: float = DEFAULT_MARGIN,
+    safety_margin: float = SAFETY_MARGIN,
 ) -> list[OffloadRow]:
     """Estimates for every OFFLOAD_OPTIONS row; other knobs from `base` (DeepSpeed's defaults),
     with `overlap_comm` at DeepSpeed's per-stage default (on at stage 3 only)."""

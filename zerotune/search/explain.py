@@ -18,9 +18,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from zerotune.model.comm import fill_buckets
+from zerotune.model.fit import host_rank_capacity
 from zerotune.model.optimizer import CPU_ADAM_FALLBACK
 from zerotune.search.objective import LADDER, MEMORY_TOLERANCE, TIE_BAND, quantize
-from zerotune.search.rank import Evaluation, SearchResult, host_rank_capacity
+from zerotune.search.rank import Evaluation, SearchResult
 from zerotune.search.space import Candidate, busbw_at
 from zerotune.units import DTYPE_BYTES, GB, fmt_bytes, fmt_count, fmt_gib
 

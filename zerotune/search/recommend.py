@@ -20,6 +20,7 @@ from zerotune.dsconfig.emit import (
 )
 from zerotune.dsconfig.hf_auto import BASELINES, hf_hidden_size_values
 from zerotune.errors import InputError
+from zerotune.model.fit import fits, host_rank_capacity
 from zerotune.model.step import step_summary
 from zerotune.schema.hardware import HardwareProfile
 from zerotune.schema.model import ModelSpec
@@ -28,8 +29,6 @@ from zerotune.search.rank import (
     Evaluation,
     SearchRequest,
     SearchResult,
-    fit_verdict,
-    host_rank_capacity,
     search,
 )
 from zerotune.search.space import STAGE3_KNOBS, workload_for
@@ -402,7 +401,7 @@ def to_json(
             "usd_per_billion_tokens": r.cost(best),
             "memory": {
                 "per_gpu_bytes": b.total,
-                "fits": fit_verdict(mem, r.hardware, r.workload.gpus_per_node, r.request.safety_margin),
+                "fits": fits(mem, r.hardware, r.workload.gpus_per_node, r.request.safety_margin).fits,
                 "gpu_capacity_bytes": mem.gpu_capacity_bytes,
                 "cpu_bytes_per_node": mem.cpu_bytes_per_node,
                 "nvme_bytes_per_node": mem.nvme_bytes_per_node,
