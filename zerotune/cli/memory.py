@@ -20,6 +20,7 @@ def command(
     gpus: o.Gpus = None,
     nodes: o.Nodes = None,
     world_size: o.WorldSize = None,
+    gpu_memory: o.GpuMemory = None,
     seq_len: o.SeqLen = None,
     micro_batch: o.MicroBatch = None,
     grad_accum: o.GradAccum = None,
@@ -38,7 +39,7 @@ def command(
 
     inputs = JobInputs(
         model=model, params=params, layers=layers, hidden=hidden, profile=profile, gpus=gpus, nodes=nodes,
-        world_size=world_size, seq_len=seq_len, micro_batch=micro_batch, grad_accum=grad_accum,
+        world_size=world_size, gpu_memory=gpu_memory, seq_len=seq_len, micro_batch=micro_batch, grad_accum=grad_accum,
         precision=precision, optimizer=optimizer, checkpointing=checkpointing,
         checkpoint_in_cpu=checkpoint_in_cpu, margin=margin,
     )  # fmt: skip

@@ -30,6 +30,7 @@ def command(
     world_size: o.WorldSize = None,
     gpus: o.Gpus = None,
     nodes: o.Nodes = None,
+    gpu_memory: o.GpuMemory = None,
     micro_batch: o.MicroBatch = None,
     grad_accum: o.GradAccum = None,
     checkpointing: o.Checkpointing = None,
@@ -48,7 +49,7 @@ def command(
 
     inputs = JobInputs(
         model=model, params=params, layers=layers, hidden=hidden, profile=profile, seq_len=seq_len,
-        world_size=world_size, gpus=gpus, nodes=nodes, micro_batch=micro_batch, grad_accum=grad_accum,
+        world_size=world_size, gpus=gpus, nodes=nodes, gpu_memory=gpu_memory, micro_batch=micro_batch, grad_accum=grad_accum,
         checkpointing=checkpointing, checkpoint_in_cpu=checkpoint_in_cpu, precision=precision, hf=hf,
     )  # fmt: skip
     raw = read_config(config)
