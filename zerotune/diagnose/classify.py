@@ -13,6 +13,7 @@ Signals that lose are listed in `also_seen`.
 
 from __future__ import annotations
 
+from zerotune.diagnose.records import LogLine, Oom, Rejection, Scan
 from zerotune.diagnose.report import (
     CollectiveInfo,
     Diagnosis,
@@ -21,7 +22,6 @@ from zerotune.diagnose.report import (
     RejectedField,
     RejectedInfo,
 )
-from zerotune.diagnose.scan import LogLine, Oom, Rejection, Scan
 from zerotune.units import fmt_bytes
 
 SLOW_SHARE = 0.20

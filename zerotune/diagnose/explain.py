@@ -22,8 +22,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from zerotune.diagnose.records import Scan
 from zerotune.diagnose.report import Change, Diagnosis, FixOut, LintFinding, MemoryCheck, StepCheck
-from zerotune.diagnose.scan import Scan
 from zerotune.dsconfig.settings import ALIASES, ZeroSettings, resolve
 from zerotune.schema.hardware import HardwareProfile
 from zerotune.schema.model import ModelSpec
