@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 from zerotune.diagnose import explain
-from zerotune.diagnose.classify import classify
+from zerotune.diagnose.causes import classify
 from zerotune.diagnose.report import Diagnosis, FactOut, Report
 from zerotune.diagnose.scan import Scan, scan_stream
 from zerotune.dsconfig.settings import resolve

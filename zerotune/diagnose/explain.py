@@ -353,7 +353,9 @@ def _zero_edit(
     zero = _zero(cfg)
     listed = []
     for key, (value, reason) in changes.items():
-        listed.append(Change(key=f"zero_optimization.{key}", old=zero.get(key, old_if_absent), new=value, reason=reason))
+        listed.append(
+            Change(key=f"zero_optimization.{key}", old=zero.get(key, old_if_absent), new=value, reason=reason)
+        )
         zero[key] = value
     return cfg, ckpt, listed
 
@@ -413,7 +415,9 @@ def knob_offload_param(config: dict[str, Any], ckpt: bool, job: Job) -> Iterator
     r = resolve(config)
     if r.zero.stage != 3 or r.zero.offload_param.device != "none":
         return
-    reason = "keeps the parameter partitions in host RAM and fetches them per layer (slower, least GPU memory)"
+    reason = (
+        "keeps the parameter partitions in host RAM and fetches them per layer (slower, least GPU memory)"
+    )
     yield _zero_edit(config, ckpt, {"offload_param": ({"device": "cpu", "pin_memory": True}, reason)})
 
 

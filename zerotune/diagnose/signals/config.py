@@ -19,7 +19,7 @@ MAX_CONFIG_LINES = 4000
 # ---- the config dump ------------------------------------------------------------------------------------------
 
 
-def config_done(scan: Scan, texts: list[str], depth: int) -> None:
+def _config_done(scan: Scan, texts: list[str], depth: int) -> None:
     if depth > 0:
         scan.config_error = "the config dump did not close"
         return
@@ -44,12 +44,12 @@ class _ConfigDump:
         self.texts.append(line.text)
         self.depth += line.text.count("{") - line.text.count("}")
         if self.depth <= 0 or len(self.texts) > MAX_CONFIG_LINES:
-            config_done(self.scan, self.texts, self.depth)
+            _config_done(self.scan, self.texts, self.depth)
             return False
         return True
 
     def close(self) -> None:
-        config_done(self.scan, [], 1)
+        _config_done(self.scan, [], 1)
 
 
 def _config_dump(hit: Hit) -> None:
@@ -58,7 +58,7 @@ def _config_dump(hit: Hit) -> None:
     depth = first.count("{") - first.count("}")
     hit.scan.config_line = hit.scan.config_line or hit.line
     if depth <= 0:  # the whole dump on one line
-        config_done(hit.scan, [first], depth)
+        _config_done(hit.scan, [first], depth)
     else:
         hit.follower = _ConfigDump(hit.scan, [first], depth)
 
@@ -199,6 +199,20 @@ def _deepspeed_config_error(hit: Hit) -> None:
             hit.line, "assert", model="DeepSpeedConfig", fields=[FieldError("", hit.line.text.strip())]
         )
         hit.scan.add(hit.scan.rejections, rej)
+
+
+def known_zero_keys(rej: Rejection) -> list[str]:
+    """Fields DeepSpeed 0.19.8 defines that an (older) DeepSpeed rejected as unknown."""
+    from zerotune.dsconfig import schema
+
+    if rej.model != "DeepSpeedZeroConfig":
+        return []
+    return [
+        f.field
+        for f in rej.fields
+        if ("extra" in f.message.lower() or "not permitted" in f.message)
+        and schema.zero_field(f.field) is not None
+    ]
 
 
 # ---- versions, offload --------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from zerotune.diagnose.records import MAX_EVENTS, Fact, LogLine, MemoryReport, Oom
+from zerotune.diagnose.records import MAX_EVENTS, Fact, LogLine, MemoryReport, Oom, Scan
 from zerotune.diagnose.signals.process import EXCEPTION_LINE
 from zerotune.diagnose.signals.signal import Hit, Signal
 
@@ -110,6 +110,16 @@ def _gpu_oom(hit: Hit) -> None:
         # HF/accelerate and multi-rank logs often print the message before the traceback
         phase, where = oom_phase(hit.after(EXCEPTION_LINE.match))
     s.ooms.append(Oom(line, phase=phase, phase_line=where, **numbers))
+
+
+def primary_oom(scan: Scan) -> Oom | None:
+    """The OOM with the most numbers (the allocator's full message), earliest first."""
+    if not scan.ooms:
+        return None
+    return max(
+        scan.ooms,
+        key=lambda o: (sum(v is not None for v in (o.tried, o.capacity, o.allocated)), -o.line.number),
+    )
 
 
 # ---- host memory --------------------------------------------------------------------------------------------------

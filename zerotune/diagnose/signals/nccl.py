@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from zerotune.diagnose.records import CollectiveFailure
+from zerotune.diagnose.records import CollectiveFailure, LogLine, Scan
 from zerotune.diagnose.signals.signal import Hit, Signal
 
 _NCCL_WORK = re.compile(
@@ -56,6 +56,18 @@ def _fingerprint(hit: Hit) -> None:
         rank, seq = int(m.group(1)), int(m.group(2))
         if seq >= hit.scan.fingerprints.get(rank, (-1, hit.line))[0]:
             hit.scan.fingerprints[rank] = (seq, hit.line)
+
+
+def desync(scan: Scan) -> tuple[list[int], list[LogLine]] | None:
+    """Ranks whose last collective sequence number trails the others (TORCH_DISTRIBUTED_DEBUG)."""
+    fps: dict[int, tuple[int, LogLine]] = scan.fingerprints
+    if len(fps) < 2:
+        return None
+    top = max(seq for seq, _ in fps.values())
+    behind = sorted(rank for rank, (seq, _) in fps.items() if seq < top)
+    if not behind:
+        return None
+    return behind, [line for _, line in fps.values()]
 
 
 SIGNALS = (
