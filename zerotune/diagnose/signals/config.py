@@ -220,11 +220,10 @@ def known_zero_keys(rej: Rejection) -> list[str]:
 
 def _version(hit: Hit) -> None:
     """CUDA toolkit vs torch (DeepSpeed's CUDAMismatchException), transformers' dependency checks."""
-    text = hit.line.text
-    if (
-        "CUDAMismatchException" in text
-        or "does not match the version torch was compiled" in text
-        or "is required for a normal functioning" in text
+    if hit.says(
+        "CUDAMismatchException",
+        "does not match the version torch was compiled",
+        "is required for a normal functioning",
     ):
         hit.scan.add(hit.scan.version_errors, hit.line)
 

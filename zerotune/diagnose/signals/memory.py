@@ -95,8 +95,8 @@ def parse_oom(text: str) -> dict[str, int | None]:
 
 
 def _gpu_oom(hit: Hit) -> None:
-    text, line, s = hit.line.text, hit.line, hit.scan
-    if not ("out of memory" in text or "OutOfMemoryError" in text or "CUBLAS_STATUS_ALLOC_FAILED" in text):
+    line, s = hit.line, hit.scan
+    if not hit.says("out of memory", "OutOfMemoryError", "CUBLAS_STATUS_ALLOC_FAILED"):
         return
     s.oom_count += 1
     if len(s.ooms) >= MAX_EVENTS:
@@ -126,8 +126,7 @@ def primary_oom(scan: Scan) -> Oom | None:
 
 
 def _kernel_oom_killer(hit: Hit) -> None:
-    text = hit.line.text
-    if "oom-kill" in text or "Killed process" in text or "oom_reaper" in text:
+    if hit.says("oom-kill", "Killed process", "oom_reaper"):
         hit.scan.add(hit.scan.host_memory, hit.line)
 
 
@@ -143,7 +142,7 @@ def _host_memory_report(hit: Hit) -> None:
 
 def _cpu_alloc(hit: Hit) -> None:
     text = hit.line.text
-    if "DefaultCPUAllocator" in text and ("can't allocate" in text or "not enough memory" in text):
+    if "DefaultCPUAllocator" in text and hit.says("can't allocate", "not enough memory"):
         asked = re.search(r"allocate (\d+) bytes", text)
         hit.scan.add(hit.scan.cpu_alloc_failures, (hit.line, int(asked.group(1)) if asked else None))
 
@@ -170,9 +169,9 @@ def _memory_report(hit: Hit) -> None:
 def _aio(hit: Hit) -> None:
     """DeepSpeed's async_io op not built or loaded, or a swap file read back short."""
     text = hit.line.text
-    if (
-        "async_io" in text or "aio_handle" in text or "nbytes != file bytes" in text or "libaio" in text
-    ) and (re.search(r"Error|Assertion|failed|Unable to|nbytes != file bytes", text)):
+    if (hit.says("async_io", "aio_handle", "nbytes != file bytes", "libaio")) and (
+        re.search(r"Error|Assertion|failed|Unable to|nbytes != file bytes", text)
+    ):
         hit.scan.add(hit.scan.aio_errors, hit.line)
 
 

@@ -20,7 +20,7 @@ def _failure(hit: Hit) -> None:
     """The watchdog's WorkNCCL line (op, sequence number, size, timeout), its per-rank line, or an
     NCCL error; the rank from the text, else from the line's prefix."""
     text = hit.line.text
-    if not ("NCCL" in text or "nccl" in text or "Exception (either" in text):
+    if not hit.says("NCCL", "nccl", "Exception (either"):
         return
     s = hit.scan
     m = _NCCL_WORK.search(text)

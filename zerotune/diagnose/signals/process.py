@@ -42,13 +42,8 @@ def _exit_code(hit: Hit) -> None:
 def _killed(hit: Hit) -> None:
     """A kill without an exit code: the launcher ending the other ranks, or the kernel's OOM killer."""
     text = hit.line.text
-    if (
-        "Killing subprocess" in text
-        or "Killed process" in text
-        or "oom-kill" in text
-        or text.strip() == "Killed"
-    ):
-        by_kernel = "Killed process" in text or "oom-kill" in text
+    if hit.says("Killing subprocess", "Killed process", "oom-kill") or text.strip() == "Killed":
+        by_kernel = hit.says("Killed process", "oom-kill")
         hit.scan.add(hit.scan.kills, Kill(hit.line, 9 if by_kernel else None))
 
 

@@ -49,6 +49,10 @@ class Hit:
     follower: Follower | None = None
     """set by an extractor that wants the next lines"""
 
+    def says(self, *phrases: str) -> bool:
+        """Whether the line holds any of `phrases` (the extractors' re-check after the trigger)."""
+        return any(p in self.line.text for p in phrases)
+
     def wrapped(self, nbytes: int) -> str:
         """This line joined with the next two: a message wrapped over lines (rich tracebacks, notebooks)."""
         after = self.data[self.end : self.end + nbytes].decode("utf-8", "replace").split("\n")[1:3]
