@@ -33,7 +33,7 @@ def small():
 @pytest.fixture(scope="module")
 def dgx():
     """The catalog DGX H100 without its fitted overheads: these tests check mechanisms, the fitted
-    values are judged by the published suite (scripts/published.py)."""
+    values are judged by the published suite (scripts/evidence/published.py)."""
     from zerotune.schema.hardware import OverheadSpec
 
     return load_profile("dgx-h100").model_copy(update={"overheads": OverheadSpec()})
