@@ -12,7 +12,7 @@ where they were first recorded) are read from there.
 
 `record` runs `deepspeed.runtime.config.DeepSpeedConfig(path)` — the path form, so hjson loading,
 duplicate keys and number reading are DeepSpeed's own — at data-parallel world sizes 1 and 8 (world size
-patched into deepspeed.comm as tests/unit/test_lint_differential.py does, DEEPSPEED_FACTS §0 "[run]") on
+patched into deepspeed.comm as tests/unit/test_lint_differential.py does, docs/deepspeed-facts.md §0 "[run]") on
 every corpus file and on seeded mutants of each (`mutate_text` below), and
 writes verdicts.json and mutants.jsonl.gz. tests/unit/test_lint_differential_corpus.py asserts from these
 records that every rejection carries a zerotune error, without re-running DeepSpeed.
