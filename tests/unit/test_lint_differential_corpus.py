@@ -98,7 +98,9 @@ def _items() -> list[tuple[str, LoadedConfig, dict]]:
     with gzip.open(HERE / "mutants.jsonl.gz", "rt", encoding="utf-8") as fh:
         for line in fh:
             m = json.loads(line)
-            items.append((f"{m['id']} ({m['how']})", load_bytes(m["text"].encode(), "mutant.json"), m["verdict"]))
+            items.append(
+                (f"{m['id']} ({m['how']})", load_bytes(m["text"].encode(), "mutant.json"), m["verdict"])
+            )
     return items
 
 
@@ -135,7 +137,11 @@ def test_the_public_corpus_is_vendored_whole_with_its_provenance() -> None:
 
 
 def test_no_crash(outcomes) -> None:
-    crashed = [(cid, [d.message for d in errs]) for cid, _, _, errs in outcomes if any(d.code == "ZT000" for d in errs)]
+    crashed = [
+        (cid, [d.message for d in errs])
+        for cid, _, _, errs in outcomes
+        if any(d.code == "ZT000" for d in errs)
+    ]
     assert not crashed, crashed[:5]
 
 
@@ -173,7 +179,9 @@ def initialized() -> list[tuple[str, str | None, list]]:
 
 def test_no_error_on_a_config_that_initializes_and_trains(initialized) -> None:
     assert len(initialized) >= 400
-    wrong = [(cid, [d.code + " " + d.message for d in errs]) for cid, why, errs in initialized if errs and not why]
+    wrong = [
+        (cid, [d.code + " " + d.message for d in errs]) for cid, why, errs in initialized if errs and not why
+    ]
     assert not wrong, wrong[:5]
 
 
