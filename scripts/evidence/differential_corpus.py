@@ -492,7 +492,9 @@ def _recheck(parser: DeepSpeedParser, n: int) -> int:
     """Re-run DeepSpeed on a seeded sample of n recorded files and mutants; the number of changed verdicts."""
     doc = json.loads((OUT / "verdicts.json").read_text())
     paths = dict(corpus_files())
-    entries = [(cid, paths[cid].read_text(encoding="utf-8"), v) for cid, v in doc["files"].items() if cid in paths]
+    entries = [
+        (cid, paths[cid].read_text(encoding="utf-8"), v) for cid, v in doc["files"].items() if cid in paths
+    ]
     with gzip.open(OUT / "mutants.jsonl.gz", "rt", encoding="utf-8") as fh:
         entries += [(m["id"], m["text"], m["verdict"]) for m in map(json.loads, fh)]
     sample = random.Random(n).sample(sorted(entries), min(n, len(entries)))
@@ -629,7 +631,10 @@ def main() -> int:
     ex.add_argument("--deepspeed-git", required=True, help="git dir of a deepspeedai/DeepSpeed clone")
     rec = sub.add_parser("record")
     rec.add_argument(
-        "--check", type=int, default=0, help="only re-check N recorded files and mutants (exit 1 if any changed)"
+        "--check",
+        type=int,
+        default=0,
+        help="only re-check N recorded files and mutants (exit 1 if any changed)",
     )
     ini = sub.add_parser("initialize", help="record initialize() verdicts (slow: minutes)")
     ini.add_argument("--controls", type=int, default=150, help="clean configs to run as a control")
