@@ -2,7 +2,7 @@
 
 `deepspeed.runtime.config.DeepSpeedConfig(dict)` runs DeepSpeed's checks (strict pydantic
 zero/offload/precision sections, the batch-size assertion against the world size, removed
-keys); the world size comes from `deepspeed.comm`, patched here the way DEEPSPEED_FACTS §0 [run]
+keys); the world size comes from `deepspeed.comm`, patched here the way docs/deepspeed-facts.md §0 [run]
 did. Coverage: every catalog model x every hardware profile x every stage/offload option the
 search enumerates there, with every knob at the bottom and at the top of its grid (the emitted
 types and keys do not depend on the value in between), plus full `recommend` runs (also with
