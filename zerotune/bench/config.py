@@ -5,7 +5,7 @@ short, comparable, CPU-runnable measurement needs, saying so in `notes`:
 
 - the batch triple is made consistent for the proxy's micro-batch, accumulation and rank count;
 - on CPU precision is fp32: bf16 matmul runs ~150x slower than fp32 on a CPU without AVX-512 and
-  fp16 is unsupported by DeepSpeed's CPU accelerator (DEEPSPEED_FACTS §8, "fp16/bf16 requested
+  fp16 is unsupported by DeepSpeed's CPU accelerator (docs/deepspeed-facts.md §8, "fp16/bf16 requested
   but unsupported");
 - the `optimizer` section becomes a torch optimizer passed to `deepspeed.initialize`: DeepSpeed's
   own Adam on CPU is FusedAdam/CPUAdam, JIT-compiled at first use (~90 s). Adam/AdamW stay on

@@ -1,6 +1,6 @@
 """A search candidate -> the DeepSpeed config dict, and the files `zerotune recommend` writes.
 
-Emitted configs are for DeepSpeed 0.19.8 (DEEPSPEED_FACTS): sizes as JSON integers (the pydantic
+Emitted configs are for DeepSpeed 0.19.8 (docs/deepspeed-facts.md): sizes as JSON integers (the pydantic
 int fields reject fractional floats), `stage3_*` aliases for the stage-3 knobs (the spelling the
 docs and the HF integration use), only the keys the chosen stage reads, the batch trio with
 train_batch_size = micro x accumulation x world size (§3.1 asserts it), an explicit
@@ -77,7 +77,7 @@ HF_AUTO_PATHS: tuple[str, ...] = (
 )
 """Keys HF Trainer fills from TrainingArguments and checks for mismatches
 (transformers integrations/deepspeed.py, HfTrainerDeepSpeedConfig.trainer_config_process;
-DEEPSPEED_FACTS §6): left concrete they must equal the command-line arguments or HF raises."""
+docs/deepspeed-facts.md §6): left concrete they must equal the command-line arguments or HF raises."""
 
 
 def zero_section(cand: ConfigChoice) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 DeepSpeed's own defaults and Hugging Face's "auto" formulas.
 
 HF (transformers `src/transformers/integrations/deepspeed.py`, `HfTrainerDeepSpeedConfig.
-trainer_config_finalize`; DEEPSPEED_FACTS §6) fills three zero_optimization keys from the
+trainer_config_finalize`; docs/deepspeed-facts.md §6) fills three zero_optimization keys from the
 model's hidden size h when they are "auto" — blind to the hardware:
 
     reduce_bucket_size                   h * h            (any stage)

@@ -1,7 +1,7 @@
 """A typed, resolved view of the ZeRO-relevant part of a DeepSpeed config.
 
 This is what the memory and step-time models consume. `resolve()` reads a raw config dict the
-way DeepSpeed 0.19.8 does for these keys (DEEPSPEED_FACTS §1.1): "auto" values are dropped so the
+way DeepSpeed 0.19.8 does for these keys (docs/deepspeed-facts.md §1.1): "auto" values are dropped so the
 default applies, `stage3_*` aliases and field names are both accepted, the deprecated
 `cpu_offload`/`cpu_offload_param` booleans become offload sections, `overlap_comm` defaults to
 True only at stage 3. It is tolerant on purpose: judging a config is the linter's job
@@ -67,13 +67,13 @@ class ZeroSettings(BaseModel):
     zero_quantized_gradients: bool = False
     gather_16bit_weights_on_model_save: bool = False
     # Top-level keys the ZeRO buffers and reductions use, filled by resolve() (not zero_optimization
-    # keys): None = the model dtype, DeepSpeed's default for both (DEEPSPEED_FACTS §3.2, §3.3).
+    # keys): None = the model dtype, DeepSpeed's default for both (docs/deepspeed-facts.md §3.2, §3.3).
     communication_data_type: Literal["fp16", "bf16", "fp32"] | None = None
     grad_accum_dtype: Literal["fp16", "bf16", "fp32"] | None = None
     # `bf16.bf16_master_weights_and_grads` / `fp16.fp16_master_weights_and_grads` (ZeRO 1-3): the
     # optimizer's master weights and the gradient it steps on in that 16-bit dtype instead of fp32;
     # `bf16.bf16_optimizer_states`: the moments too where the optimizer would otherwise keep them in
-    # fp32 (DeepSpeed's CPU Adam under offload). DEEPSPEED_FACTS §3.2; base_optimizer.py
+    # fp32 (DeepSpeed's CPU Adam under offload). docs/deepspeed-facts.md §3.2; base_optimizer.py
     # `_configure_master_weights`.
     master_dtype: Literal["fp16", "bf16", "fp32"] = "fp32"
     optimizer_states_16bit: bool = False

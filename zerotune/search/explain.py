@@ -384,7 +384,7 @@ def explain(result: SearchResult, best: Evaluation | None = None) -> Explanation
         reasons["zero_optimization.allgather_bucket_size"] = (
             f"{fmt_count(cand.allgather_bucket_size)} elements (even, as the stage 1/2 optimizer asserts); "
             "unused by DeepSpeed 0.19.8 on torch >= 1.13, which gathers each flat group in one "
-            "all_gather_into_tensor call (DEEPSPEED_FACTS §4.1)"
+            "all_gather_into_tensor call (docs/deepspeed-facts.md §4.1)"
         )
     if cand.stage == 3:
         g = result.space.grids

@@ -26,7 +26,7 @@ OBJECTIVES: tuple[str, ...] = get_args(Objective)
 TIE_BAND = 0.052
 """Predicted throughputs closer than this share are a tie. It is the model's measured ranking
 resolution: the largest predicted gap between two alternatives for the same job that the calibrated
-model orders wrong although their noise-aware measurements are distinguishable (scripts/accuracy.py,
+model orders wrong although their noise-aware measurements are distinguishable (scripts/evidence/accuracy.py,
 17 held-out DeepSpeed configs in 3 jobs on the CPU testbed). The three valid held-out runs re-analysed
 with this model (`--load`, 2026-11-23 18:52, 19:14, 19:42) give 5.2%, 1.9% and 8.3%; this is their
 median. Closer predictions do not order configurations, so the simpler one wins (rank.py)."""

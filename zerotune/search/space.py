@@ -458,7 +458,7 @@ class Space:
                     if base.offload_optimizer != "none" and base.stage < 3 and not contig:
                         continue  # forced True under offload at stage 1/2 (§2.3)
                     # allgather_bucket_size is unused by DeepSpeed 0.19.8 on torch >= 1.13
-                    # (all_gather_into_tensor, DEEPSPEED_FACTS §4.1): not searched, kept equal
+                    # (all_gather_into_tensor, docs/deepspeed-facts.md §4.1): not searched, kept equal
                     # to the reduce bucket (even) for older torch.
                     out.append(
                         rep.with_(

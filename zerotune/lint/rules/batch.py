@@ -1,4 +1,4 @@
-"""ZT1xx: the batch-size triple (DEEPSPEED_FACTS §3.1, deepspeed/runtime/config.py `_configure_train_batch_size`).
+"""ZT1xx: the batch-size triple (docs/deepspeed-facts.md §3.1, deepspeed/runtime/config.py `_configure_train_batch_size`).
 
 DeepSpeed reads the three keys with dict.get and no conversion, infers the missing members with floor
 division, then asserts train_batch_size == train_micro_batch_size_per_gpu × gradient_accumulation_steps ×

@@ -1,4 +1,4 @@
-"""ZT8xx: Hugging Face "auto" values and saving (DEEPSPEED_FACTS §6; transformers integrations/deepspeed.py).
+"""ZT8xx: Hugging Face "auto" values and saving (docs/deepspeed-facts.md §6; transformers integrations/deepspeed.py).
 
 HF's HfTrainerDeepSpeedConfig replaces "auto" with TrainingArguments/model values for a fixed list of keys
 (schema.HF_AUTO_KEYS) and never inserts a missing key. Anything else left as "auto" reaches DeepSpeed: inside
@@ -216,7 +216,7 @@ class AutoPrefetchFloat(Rule):
     or require a transformers release that applies `int()`.
 
     ## References
-    - transformers integrations/deepspeed.py `trainer_config_finalize`; DEEPSPEED_FACTS §6
+    - transformers integrations/deepspeed.py `trainer_config_finalize`; docs/deepspeed-facts.md §6
     """
 
     code = "ZT804"
@@ -294,7 +294,7 @@ class ClippingDefault(Rule):
     ```
 
     ## References
-    - DEEPSPEED_FACTS §3.3, §6 (gradient_clipping default 1.0 since 0.17+)
+    - docs/deepspeed-facts.md §3.3, §6 (gradient_clipping default 1.0 since 0.17+)
     """
 
     code = "ZT806"
@@ -335,7 +335,7 @@ class CheckpointingSectionUnused(Rule):
     `zerotune predict --checkpoint-in-cpu` shows its memory and time.
 
     ## References
-    - DEEPSPEED_FACTS §3.5 (the engine never applies the section)
+    - docs/deepspeed-facts.md §3.5 (the engine never applies the section)
     - transformers integrations/deepspeed.py: nothing there calls `deepspeed.checkpointing`
     """
 

@@ -1,4 +1,4 @@
-"""ZT5xx: unknown, misplaced, deprecated, removed and doubly-spelled keys (DEEPSPEED_FACTS §1.3, §1.4, §3.0)."""
+"""ZT5xx: unknown, misplaced, deprecated, removed and doubly-spelled keys (docs/deepspeed-facts.md §1.3, §1.4, §3.0)."""
 
 from __future__ import annotations
 
@@ -184,7 +184,7 @@ class IgnoredKey(Rule):
     ```
 
     ## References
-    - DEEPSPEED_FACTS §3.0 (keys read by DeepSpeedConfig), §3.8 (tolerant sections)
+    - docs/deepspeed-facts.md §3.0 (keys read by DeepSpeedConfig), §3.8 (tolerant sections)
     """
 
     code = "ZT502"
@@ -290,7 +290,7 @@ class DeprecatedKey(Rule):
 
     ## References
     - deepspeed/runtime/zero/config.py (json_schema_extra deprecated/new_param)
-    - DEEPSPEED_FACTS §1.3, §3.0, §3.6
+    - docs/deepspeed-facts.md §1.3, §3.0, §3.6
     """
 
     code = "ZT504"
@@ -483,7 +483,7 @@ class RecentKey(Rule):
     Pin `deepspeed>=0.19` where this config is used, or drop the key when it is set to its default.
 
     ## References
-    - DEEPSPEED_FACTS §10 (0.16 → 0.19.8 differences); OpenRLHF/OpenRLHF#63
+    - docs/deepspeed-facts.md §10 (0.16 → 0.19.8 differences); OpenRLHF/OpenRLHF#63
     """
 
     code = "ZT508"

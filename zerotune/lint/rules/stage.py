@@ -1,4 +1,4 @@
-"""ZT2xx: which ZeRO knobs act at which stage, and stage-level constraints (DEEPSPEED_FACTS §1.2, §4, §8).
+"""ZT2xx: which ZeRO knobs act at which stage, and stage-level constraints (docs/deepspeed-facts.md §1.2, §4, §8).
 
 The stage table is `Field.stages` in zerotune/dsconfig/schema.py; these rules only read it.
 """
@@ -103,7 +103,7 @@ class Stage3KnobBelowStage3(Rule):
     ```
 
     ## References
-    - deepspeed/runtime/zero/config.py; DEEPSPEED_FACTS §1.2 (Stages column)
+    - deepspeed/runtime/zero/config.py; docs/deepspeed-facts.md §1.2 (Stages column)
     """
 
     code = "ZT202"
