@@ -1031,6 +1031,17 @@ def _json_type(value: Any) -> str:
     return "an object" if isinstance(value, dict) else "null"
 
 
+def loose_number(value: Any) -> int | float | None:
+    """A top-level number as DeepSpeed computes with it: those keys are read with dict.get and no
+    conversion (runtime/config_utils.py get_scalar_param), so a boolean is the int it is in Python, a
+    string is not a number, and inf/nan are not usable."""
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, int) or isinstance(value, float) and math.isfinite(value):
+        return value
+    return None
+
+
 def is_auto(value: Any) -> bool:
     """DeepSpeedConfigModel drops exactly the string "auto" (runtime/config_utils.py)."""
     return isinstance(value, str) and value == "auto"
