@@ -811,29 +811,6 @@ AUTOCAST_DTYPES = (
     "int8",
 )
 
-# Keys Hugging Face's HfTrainerDeepSpeedConfig fills when their value is "auto" (transformers
-# integrations/deepspeed.py; DEEPSPEED_FACTS §6). Value: the condition, "any" or "stage3".
-HF_AUTO_KEYS: dict[str, str] = {
-    "/train_micro_batch_size_per_gpu": "any",
-    "/gradient_accumulation_steps": "any",
-    "/train_batch_size": "any",
-    "/gradient_clipping": "any",
-    "/optimizer/params/lr": "any",
-    "/optimizer/params/betas": "any",
-    "/optimizer/params/eps": "any",
-    "/optimizer/params/weight_decay": "any",
-    "/scheduler/params/warmup_min_lr": "any",
-    "/scheduler/params/warmup_max_lr": "any",
-    "/scheduler/params/warmup_num_steps": "any",
-    "/scheduler/params/total_num_steps": "any",
-    "/fp16/enabled": "any",
-    "/bf16/enabled": "any",
-    "/zero_optimization/reduce_bucket_size": "any",
-    "/zero_optimization/stage3_prefetch_bucket_size": "stage3",
-    "/zero_optimization/stage3_param_persistence_threshold": "stage3",
-}
-
-
 def section(pointer: str) -> Section | None:
     return SECTIONS.get(pointer)
 

@@ -15,7 +15,6 @@ tests/unit/test_dsconfig_settings.py checks them against the linter's schema tab
 
 from __future__ import annotations
 
-import math
 from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict

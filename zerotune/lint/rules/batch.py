@@ -8,7 +8,6 @@ and a float takes part in the arithmetic as it is (a micro batch of 1.5 passes t
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 
 from zerotune.dsconfig import schema
