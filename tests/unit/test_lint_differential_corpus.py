@@ -66,6 +66,14 @@ ENGINE_TIME = {
     "ZT615": "optimizer constructor: unexpected keyword (TypeError) or a non-number lr/eps/betas",
     "ZT616": "engine.py _scheduler_from_config: scheduler(optimizer, **params) TypeError",
     "ZT801": '"auto" strings reach the optimizer/scheduler constructors or the clipping arithmetic',
+    "ZT203": "ops/adam/cpu_adam.py step: stage 0 + offload_optimizer builds DeepSpeedCPUAdam (CPUAdagrad, "
+    "CPULion, Muon's aux Adam) over GPU parameters, and its first step asserts they are on the CPU",
+}
+# Of those, failures the CPU initialize() harness cannot show: its parameters live on the CPU already.
+GPU_ONLY = {"ZT203"}
+# zerotune errors on configs that run, by decision (issue 19): the config does not run as written.
+RUNS_NOT_AS_WRITTEN = {
+    "ZT502": "a misspelt top-level section (zero_optimisation): DeepSpeed runs without every setting in it",
 }
 WORLDS = ("1", "8")
 
@@ -158,7 +166,7 @@ def test_every_error_on_an_accepted_config_predicts_an_initialize_failure(outcom
     for cid, w, why, errs in outcomes:
         if why is None:
             for d in errs:
-                if d.code not in ENGINE_TIME:
+                if d.code not in ENGINE_TIME and d.code not in RUNS_NOT_AS_WRITTEN:
                     unexplained[d.code] += 1
                     examples.setdefault(d.code, (cid, w, d.message))
     assert not unexplained, [(code, n, examples[code]) for code, n in unexplained.most_common()]
@@ -179,8 +187,11 @@ def initialized() -> list[tuple[str, str | None, list]]:
 
 def test_no_error_on_a_config_that_initializes_and_trains(initialized) -> None:
     assert len(initialized) >= 400
+    excused = GPU_ONLY | set(RUNS_NOT_AS_WRITTEN)
     wrong = [
-        (cid, [d.code + " " + d.message for d in errs]) for cid, why, errs in initialized if errs and not why
+        (cid, [d.code + " " + d.message for d in errs if d.code not in excused])
+        for cid, why, errs in initialized
+        if not why and any(d.code not in excused for d in errs)
     ]
     assert not wrong, wrong[:5]
 

@@ -22,6 +22,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
+from zerotune.dsconfig.settings import resolve
 from zerotune.errors import InputError
 
 DEFAULT_LR = 1e-3
@@ -54,13 +55,6 @@ class Prepared:
     notes: list[str] = field(default_factory=list)
 
 
-def _int_or_none(value: Any) -> int | None:
-    """An integral JSON number, else None ("auto", strings, fractions)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
-        return None
-    return int(value)
-
-
 def prepare(
     user: dict[str, Any],
     *,
@@ -82,11 +76,12 @@ def prepare(
         zero["stage"] = stage
         config["zero_optimization"] = zero
 
-    mb = micro_batch or _int_or_none(config.get("train_micro_batch_size_per_gpu")) or 1
-    ga = grad_accum or _int_or_none(config.get("gradient_accumulation_steps")) or 1
+    read = resolve(config)  # the batch keys, precision and offload as DeepSpeed reads them
+    mb = micro_batch or read.micro_batch or 1
+    ga = grad_accum or read.grad_accum or 1
     if mb < 1 or ga < 1:
         raise InputError(f"micro-batch ({mb}) and gradient accumulation ({ga}) must be positive")
-    given = _int_or_none(config.get("train_batch_size"))
+    given = read.train_batch_size
     if given is not None and given != mb * ga * nproc:
         notes.append(
             f"train_batch_size {given} -> {mb * ga * nproc} (= micro {mb} x accum {ga} x {nproc} ranks)"
@@ -98,14 +93,12 @@ def prepare(
     if device == "cpu":
         for key in ("fp16", "bf16", "bfloat16"):
             section = config.get(key)
-            if isinstance(section, dict) and section.get("enabled") not in (False, "false", None):
+            if isinstance(section, dict) and resolve({key: section}).precision != "fp32":
                 notes.append(f"{key} disabled: the CPU proxy runs fp32")
                 config[key] = {"enabled": False}
             elif key in config and not isinstance(section, dict):
                 config.pop(key)
-    zero = config.get("zero_optimization")
-    offload = zero.get("offload_optimizer") if isinstance(zero, dict) else None
-    if isinstance(offload, dict) and offload.get("device") in ("cpu", "nvme"):
+    if read.zero.cpu_optimizer:  # the engine refuses a client optimizer other than DeepSpeed's CPU ones
         config["zero_force_ds_cpu_optimizer"] = False
         notes.append("optimizer offload with a torch optimizer: zero_force_ds_cpu_optimizer set to false")
 

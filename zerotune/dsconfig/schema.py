@@ -811,29 +811,6 @@ AUTOCAST_DTYPES = (
     "int8",
 )
 
-# Keys Hugging Face's HfTrainerDeepSpeedConfig fills when their value is "auto" (transformers
-# integrations/deepspeed.py; docs/deepspeed-facts.md §6). Value: the condition, "any" or "stage3".
-HF_AUTO_KEYS: dict[str, str] = {
-    "/train_micro_batch_size_per_gpu": "any",
-    "/gradient_accumulation_steps": "any",
-    "/train_batch_size": "any",
-    "/gradient_clipping": "any",
-    "/optimizer/params/lr": "any",
-    "/optimizer/params/betas": "any",
-    "/optimizer/params/eps": "any",
-    "/optimizer/params/weight_decay": "any",
-    "/scheduler/params/warmup_min_lr": "any",
-    "/scheduler/params/warmup_max_lr": "any",
-    "/scheduler/params/warmup_num_steps": "any",
-    "/scheduler/params/total_num_steps": "any",
-    "/fp16/enabled": "any",
-    "/bf16/enabled": "any",
-    "/zero_optimization/reduce_bucket_size": "any",
-    "/zero_optimization/stage3_prefetch_bucket_size": "stage3",
-    "/zero_optimization/stage3_param_persistence_threshold": "stage3",
-}
-
-
 def section(pointer: str) -> Section | None:
     return SECTIONS.get(pointer)
 
@@ -1029,6 +1006,17 @@ def _json_type(value: Any) -> str:
     if isinstance(value, list):
         return "a list"
     return "an object" if isinstance(value, dict) else "null"
+
+
+def loose_number(value: Any) -> int | float | None:
+    """A top-level number as DeepSpeed computes with it: those keys are read with dict.get and no
+    conversion (runtime/config_utils.py get_scalar_param), so a boolean is the int it is in Python, a
+    string is not a number, and inf/nan are not usable."""
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, int) or isinstance(value, float) and math.isfinite(value):
+        return value
+    return None
 
 
 def is_auto(value: Any) -> bool:

@@ -97,8 +97,11 @@ class Context:
         if isinstance(sec, dict) and sec.get("device") in ("cpu", "nvme"):
             return sec
         legacy = {"offload_optimizer": "cpu_offload", "offload_param": "cpu_offload_param"}[which]
-        if which not in self.zero and self.zero.get(legacy) is True:
-            return {"device": "cpu"}
+        if which not in self.zero and legacy in self.zero and not schema.is_auto(self.zero[legacy]):
+            # the deprecated boolean is read by pydantic too: "true", "yes", 1 … switch it on
+            value, problem = schema.coerce(schema.zero_field(legacy), self.zero[legacy])
+            if value is True and problem is None:
+                return {"device": "cpu"}
         return None
 
     def enabled(self, section: str) -> bool:

@@ -8,7 +8,6 @@ and a float takes part in the arithmetic as it is (a micro batch of 1.5 passes t
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 
 from zerotune.dsconfig import schema
@@ -27,12 +26,7 @@ def _present(ctx: Context, key: str) -> bool:
 
 def _value(ctx: Context, key: str) -> int | float | None:
     """The number DeepSpeed computes with (a boolean is 0 or 1 there), or None for a non-number."""
-    value = ctx.config.get(key)
-    if isinstance(value, bool):
-        return int(value)
-    if isinstance(value, int) or isinstance(value, float) and math.isfinite(value):
-        return value
-    return None
+    return schema.loose_number(ctx.config.get(key))
 
 
 def _numbers(ctx: Context) -> dict[str, float] | None:
