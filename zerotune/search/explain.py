@@ -19,9 +19,10 @@ from dataclasses import dataclass
 
 from zerotune.model.comm import fill_buckets
 from zerotune.model.optimizer import CPU_ADAM_FALLBACK
+from zerotune.search.candidate import Candidate
 from zerotune.search.objective import LADDER, MEMORY_TOLERANCE, TIE_BAND, quantize
 from zerotune.search.rank import Evaluation, SearchResult, host_rank_capacity
-from zerotune.search.space import Candidate, busbw_at
+from zerotune.search.saturation import busbw_at
 from zerotune.units import DTYPE_BYTES, GB, fmt_bytes, fmt_count, fmt_gib
 
 BANDWIDTH_SHARE = 0.10
@@ -402,17 +403,17 @@ def explain(result: SearchResult, best: Evaluation | None = None) -> Explanation
         reasons["zero_optimization.stage3_prefetch_bucket_size"] = (
             f"{fmt_count(pf)} elements = {_layers(pf / block)} of {model.name} ({fmt_count(block)} "
             f"params/layer): {fetch}; "
-            + _alternatives(result, best, "prefetch_bucket_size", g.prefetch_bucket)
+            + _alternatives(result, best, "prefetch_bucket_size", g["prefetch_bucket_size"])
         )
         reasons["zero_optimization.stage3_param_persistence_threshold"] = (
             _persistence_reason(model, cand.param_persistence_threshold, elem)
             + "; "
-            + _alternatives(result, best, "param_persistence_threshold", g.persistence)
+            + _alternatives(result, best, "param_persistence_threshold", g["param_persistence_threshold"])
         )
         ml = cand.max_live_parameters
         reasons["zero_optimization.stage3_max_live_parameters"] = (
             f"{fmt_count(ml)} elements = {_layers(ml / block)} ({fmt_bytes(ml * elem)}) may be gathered at "
-            "once: caps prefetch; " + _alternatives(result, best, "max_live_parameters", g.max_live)
+            "once: caps prefetch; " + _alternatives(result, best, "max_live_parameters", g["max_live_parameters"])
         )
         rd = cand.max_reuse_distance
         reasons["zero_optimization.stage3_max_reuse_distance"] = (
@@ -423,13 +424,13 @@ def explain(result: SearchResult, best: Evaluation | None = None) -> Explanation
                 else "0: every parameter is released after use and re-gathered in backward (least memory)"
             )
             + "; "
-            + _alternatives(result, best, "max_reuse_distance", g.max_reuse)
+            + _alternatives(result, best, "max_reuse_distance", g["max_reuse_distance"])
         )
         sg = cand.sub_group_size
         reasons["zero_optimization.sub_group_size"] = (
             f"the optimizer steps this rank's partition in sub-groups of {fmt_count(sg)} elements "
             f"(fp32 buffer up to {fmt_bytes(min(sg, model.params / world) * 4)}); "
-            + _alternatives(result, best, "sub_group_size", g.sub_group)
+            + _alternatives(result, best, "sub_group_size", g["sub_group_size"])
         )
         reasons["zero_optimization.stage3_gather_16bit_weights_on_model_save"] = (
             "true: save_16bit_model() / HF save_pretrained write one full 16-bit checkpoint that "
@@ -544,7 +545,7 @@ def _reduce_reason(result: SearchResult, best: Evaluation, elem: int, block: int
         # One rank: DeepSpeed skips the gradient reduction (nothing to exchange); the bucket is only a
         # copy buffer, so bandwidth and overlap do not apply.
         parts.append("one rank: nothing is communicated, the bucket is only a gradient copy buffer")
-        alt = _alternatives(result, best, "reduce_bucket_size", result.space.grids.reduce_bucket)
+        alt = _alternatives(result, best, "reduce_bucket_size", result.space.grids["reduce_bucket_size"])
         return "; ".join(parts + ([alt] if alt else []))
     # Stage 1/2 all-reduce each bucket in 0.19.8 (use_multi_rank_bucket_allreduce); stage 3 reduce-scatters.
     op = "reduce_scatter" if cand.stage == 3 else "all_reduce"
@@ -577,7 +578,7 @@ def _reduce_reason(result: SearchResult, best: Evaluation, elem: int, block: int
     sat = result.space.grids.saturating_for(cand.stage)
     if sat:
         parts.append(f"90% of peak {op_text} busbw needs >= {fmt_count(sat)} elements")
-    alt = _alternatives(result, best, "reduce_bucket_size", result.space.grids.reduce_bucket)
+    alt = _alternatives(result, best, "reduce_bucket_size", result.space.grids["reduce_bucket_size"])
     return "; ".join(parts + ([alt] if alt else []))
 
 
