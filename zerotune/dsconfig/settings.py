@@ -20,6 +20,7 @@ from typing import Any, Literal, Protocol
 from pydantic import BaseModel, ConfigDict
 
 from zerotune.dsconfig import schema
+from zerotune.dsconfig.knobs import STAGE3_KNOBS  # noqa: F401 (re-exported: defined by the knob table)
 
 OffloadDevice = Literal["none", "cpu", "nvme"]
 
@@ -122,14 +123,6 @@ DS_MAX_LIVE = _DEFAULTS.max_live_parameters
 DS_MAX_REUSE = _DEFAULTS.max_reuse_distance
 DS_SUB_GROUP = _DEFAULTS.sub_group_size
 
-STAGE3_KNOBS: tuple[str, ...] = (
-    "prefetch_bucket_size",
-    "param_persistence_threshold",
-    "max_live_parameters",
-    "max_reuse_distance",
-    "sub_group_size",
-)
-"""ZeroSettings fields only stage 3 reads, in the order they are emitted and searched."""
 
 
 class ConfigChoice(Protocol):
