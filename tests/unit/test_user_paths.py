@@ -243,7 +243,7 @@ def test_predict_says_when_deepspeed_rejects_and_bf16_without_bf16_is_an_input_e
         )
     )
     r = cli("predict", "--config", cfg, "--model", "llama-7b", "--profile", "dgx-h100", "--json")
-    assert r.code == 0, r.stderr
+    assert r.code == 1, r.stderr  # a config DeepSpeed rejects is a finding (exit 1)
     rejects = json.loads(r.stdout)["deepspeed_rejects"]
     assert rejects and "warning: DeepSpeed would reject this config" in r.stderr
     old = load_profile("dgx-a100-80g")

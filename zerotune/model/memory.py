@@ -36,11 +36,15 @@ from functools import lru_cache
 
 from zerotune.dsconfig.settings import ZeroSettings
 from zerotune.model.activations import activation_bytes, checkpoint_host_bytes
-from zerotune.model.fit import SAFETY_MARGIN, padded
+from zerotune.model.fit import padded
 from zerotune.schema.hardware import HardwareProfile
 from zerotune.schema.model import ModelSpec
 from zerotune.schema.workload import Workload
 from zerotune.units import DTYPE_BYTES, GiB, fmt_bytes, fmt_count
+
+DEFAULT_MARGIN = 0.05
+"""The margin of a bare estimate_memory call (the published suite's "did a run that ran fit" check): the
+model's own error. Commands pass the job's margin (zerotune.model.fit.SAFETY_MARGIN) explicitly."""
 
 CUDA_CONTEXT_BYTES = 1 * GiB
 """Fixed per-process GPU memory outside PyTorch's allocator: the CUDA context and the kernel images
@@ -532,7 +536,7 @@ def estimate_memory(
     zero: ZeroSettings,
     *,
     hardware: HardwareProfile | None = None,
-    safety_margin: float = SAFETY_MARGIN,
+    safety_margin: float = DEFAULT_MARGIN,
 ) -> MemoryEstimate:
     """Peak bytes per GPU (and host/NVMe per node) of one data-parallel DeepSpeed ZeRO rank.
 
@@ -706,7 +710,7 @@ def compare_options(
     *,
     hardware: HardwareProfile | None = None,
     base: ZeroSettings | None = None,
-    safety_margin: float = SAFETY_MARGIN,
+    safety_margin: float = DEFAULT_MARGIN,
 ) -> list[OffloadRow]:
     """Estimates for every OFFLOAD_OPTIONS row; other knobs from `base` (DeepSpeed's defaults),
     with `overlap_comm` at DeepSpeed's per-stage default (on at stage 3 only)."""
