@@ -194,7 +194,7 @@ def plan(run: Run) -> list[Step]:
                    "--config", str(run.path("configs", f"{point.id}.json")),
                    "--micro-batch", str(point.micro_batch), "--device", device, "--nproc", "1",
                    "--checkpointing" if point.checkpointing else "--no-checkpointing",
-                   "--profile", probe_yaml, "--timeout", "80" if dry else "450",
+                   "--profile", "@probe", "--timeout", "80" if dry else "450",
                    "-o", str(run.path("bench", f"{point.id}.json")), "--json", *shape, *counts),
             )  # fmt: skip
         )
@@ -202,7 +202,7 @@ def plan(run: Run) -> list[Step]:
         Step(
             "calibrate",
             560,
-            zt(run, "calibrate", "--model", SEVEN, "--device", device, "--out", cal_yaml,
+            zt(run, "calibrate", "--model", SEVEN, "--device", device, "--out", cal_yaml, "--profile", "@probe",
                "--save-runs", str(run.path("calibrate-runs.json")), "--timeout", "540", "--json"),
             skip_reason="dry mode: calibrate's seven design runs take about 4 minutes on 2 CPU cores "
             "(tests/dist/test_calibrate.py covers it)" if dry else None,
@@ -249,7 +249,7 @@ def run_step(run: Run, step: Step, timeout_s: float) -> dict[str, Any]:
     begun = datetime.now(timezone.utc).isoformat(timespec="seconds")
     if step.skip_reason:
         return {"status": "skipped", "reason": step.skip_reason, "elapsed_s": 0.0, "started": begun}
-    argv = [resolve_arg(run, a) for a in step.argv]
+    argv = resolve_argv(run, step.argv)
     logs = run.path("logs")
     logs.mkdir(parents=True, exist_ok=True)
     stem = step.name.replace("/", "__")
@@ -289,11 +289,24 @@ def last_line(path: Path) -> str:
     return lines[-1][:300] if lines else "(no stderr)"
 
 
-def resolve_arg(run: Run, arg: str) -> str:
-    if arg == "@calibrated-or-probe":
-        cal = run.path("calibrated.yaml")
-        return str(cal if cal.is_file() else run.path("probe.yaml"))
-    return arg
+def resolve_argv(run: Run, argv: list[str]) -> list[str]:
+    """Fill the profile placeholders with what earlier steps left: "@probe" is this run's probe,
+    "@calibrated-or-probe" its calibration when there is one. With neither, `--profile` is dropped
+    and the command falls back to its own default (a failed probe must not fail every bench)."""
+    choices = {
+        "@probe": [run.path("probe.yaml")],
+        "@calibrated-or-probe": [run.path("calibrated.yaml"), run.path("probe.yaml")],
+    }
+    out: list[str] = []
+    for arg in argv:
+        if arg in choices:
+            found = next((p for p in choices[arg] if p.is_file()), None)
+            if found is None:
+                out.pop()  # the "--profile" before it
+                continue
+            arg = str(found)
+        out.append(arg)
+    return out
 
 
 def execute(run: Run, steps: list[Step], say: Any) -> dict[str, dict[str, Any]]:

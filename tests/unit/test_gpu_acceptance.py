@@ -129,3 +129,15 @@ def test_usage_errors_exit_2(acc, tmp_path) -> None:
     assert acc.main(["--dry", "--out", str(tmp_path), "--budget", "0"]) == 2
     assert acc.main(["--dry", "--out", str(tmp_path), "--only", "nothing-like-this"]) == 2
     assert not os.listdir(tmp_path)
+
+
+def test_profile_placeholders_follow_what_earlier_steps_left(acc, tmp_path) -> None:
+    run = _run(acc, tmp_path)
+    argv = ["zt", "bench", "--profile", "@probe", "--json"]
+    assert acc.resolve_argv(run, argv) == ["zt", "bench", "--json"], "no probe: the command's own default"
+    (tmp_path / "probe.yaml").write_text("x")
+    assert acc.resolve_argv(run, argv) == ["zt", "bench", "--profile", str(tmp_path / "probe.yaml"), "--json"]
+    later = ["zt", "recommend", "--profile", "@calibrated-or-probe"]
+    assert acc.resolve_argv(run, later)[-1] == str(tmp_path / "probe.yaml")
+    (tmp_path / "calibrated.yaml").write_text("x")
+    assert acc.resolve_argv(run, later)[-1] == str(tmp_path / "calibrated.yaml")
