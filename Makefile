@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.zerotune-installed
 # later `.[dev]` install sees torch satisfied instead of pulling CUDA wheels.
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: demo test lint clean
+.PHONY: demo test lint docs clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,10 @@ test: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check zerotune tests scripts
+
+# docs/rules.md and docs/accuracy.md's tables, regenerated from the rules and data/evidence/
+docs: $(STAMP)
+	$(PY) scripts/gen_docs.py
 
 clean:
 	rm -rf $(VENV)

@@ -2,7 +2,7 @@
 
 `deepspeed.runtime.config.DeepSpeedConfig(dict)` runs DeepSpeed's checks (strict pydantic
 zero/offload/precision sections, the batch-size assertion against the world size, removed
-keys); the world size comes from `deepspeed.comm`, patched here the way DEEPSPEED_FACTS §0 [run]
+keys); the world size comes from `deepspeed.comm`, patched here the way docs/deepspeed-facts.md §0 [run]
 did. Coverage: every catalog model x every hardware profile x every stage/offload option the
 search enumerates there, with every knob at the bottom and at the top of its grid (the emitted
 types and keys do not depend on the value in between), plus full `recommend` runs (also with
@@ -59,17 +59,17 @@ def _extremes(space: Space):
         if base.stage == 0:
             continue
         for pick in (min, max):
-            knobs = {"reduce_bucket_size": pick(g.reduce_bucket)}
+            knobs = {"reduce_bucket_size": pick(g["reduce_bucket_size"])}
             if base.stage in (1, 2):
                 rb = knobs["reduce_bucket_size"]
                 knobs["allgather_bucket_size"] = rb + rb % 2
             else:
                 knobs.update(
-                    prefetch_bucket_size=pick(g.prefetch_bucket),
-                    param_persistence_threshold=pick(g.persistence),
-                    max_live_parameters=pick(g.max_live),
-                    max_reuse_distance=pick(g.max_reuse),
-                    sub_group_size=pick(g.sub_group),
+                    prefetch_bucket_size=pick(g["prefetch_bucket_size"]),
+                    param_persistence_threshold=pick(g["param_persistence_threshold"]),
+                    max_live_parameters=pick(g["max_live_parameters"]),
+                    max_reuse_distance=pick(g["max_reuse_distance"]),
+                    sub_group_size=pick(g["sub_group_size"]),
                 )
             yield rep.with_(**knobs, overlap_comm=pick(False, True), contiguous_gradients=pick(False, True))
 

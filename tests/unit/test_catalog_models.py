@@ -1,7 +1,7 @@
 """The model catalog: computed counts equal Hugging Face's, per-layer facts, parsing, errors, proxies.
 
 Counts are checked against tests/golden/hf_param_counts.json (recorded from transformers on the meta
-device by scripts/record_hf_counts.py) and, when transformers is installed, against transformers live.
+device by scripts/evidence/record_hf_counts.py) and, when transformers is installed, against transformers live.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ REQUIRED = {
 def test_catalog_holds_the_required_models_and_each_is_recorded() -> None:
     names = set(list_models())
     assert REQUIRED <= names
-    assert names == set(GOLDEN["catalog"]), "re-run scripts/record_hf_counts.py after adding a profile"
+    assert names == set(GOLDEN["catalog"]), "re-run scripts/evidence/record_hf_counts.py after adding a profile"
     assert catalog_dir().resolve() == REPO / "profiles" / "models"
 
 
@@ -398,7 +398,7 @@ def recorder():
     pytest.importorskip("transformers", exc_type=ImportError)
     pytest.importorskip("torch", exc_type=ImportError)
     spec = importlib.util.spec_from_file_location(
-        "record_hf_counts", REPO / "scripts" / "record_hf_counts.py"
+        "record_hf_counts", REPO / "scripts" / "evidence" / "record_hf_counts.py"
     )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

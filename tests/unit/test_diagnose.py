@@ -16,8 +16,10 @@ from typer.testing import CliRunner
 
 from zerotune.cli.app import app
 from zerotune.diagnose.analyse import Options, analyse
+from zerotune.diagnose.records import normalise
 from zerotune.diagnose.report import SCHEMA_VERSION, Report
-from zerotune.diagnose.scan import normalise, scan_stream, size_bytes
+from zerotune.diagnose.scan import scan_stream
+from zerotune.diagnose.signals.memory import size_bytes
 
 LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
 MANIFEST = yaml.safe_load((LOGS / "manifest.yaml").read_text())

@@ -26,7 +26,7 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def deepspeed_config():
-    """DeepSpeedConfig with the world size patched (DEEPSPEED_FACTS §0), as test_lint_differential does."""
+    """DeepSpeedConfig with the world size patched (docs/deepspeed-facts.md §0), as test_lint_differential does."""
     os.environ.setdefault("DS_ACCELERATOR", "cpu")
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         import deepspeed.comm as dscomm

@@ -2,7 +2,7 @@
 
 Every corpus config and a few thousand seeded mutations of them (type changes, removed keys, typos, "auto" at
 the top level, batch mismatches, both precisions, stages, removed and misplaced keys, bounds) go through
-`deepspeed.runtime.config.DeepSpeedConfig` (world size patched, DEEPSPEED_FACTS §0 "[run]") and through
+`deepspeed.runtime.config.DeepSpeedConfig` (world size patched, docs/deepspeed-facts.md §0 "[run]") and through
 zerotune's linter with the same world size. Every config DeepSpeed rejects must carry at least one
 zerotune error. (The converse need not hold: zerotune also reports engine-time failures DeepSpeed's parser
 does not see, e.g. removed optimizers.)

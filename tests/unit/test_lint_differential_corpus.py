@@ -1,8 +1,8 @@
 """The differential corpus (issue 12): configs nobody here wrote, with DeepSpeed's recorded verdict.
 
 tests/fixtures/differential/ holds 289 configs extracted from DeepSpeed's own tests, docs and config files
-(MANIFEST.tsv: repo, path, commit, line, how) and, with ../shared/corpus, 116 public-project configs; plus
-8 seeded mutants of each (mutants.jsonl.gz). scripts/differential_corpus.py recorded what
+(MANIFEST.tsv: repo, path, commit, line, how) and tests/fixtures/corpus's 116 public-project configs (ids
+"shared/…"); plus 8 seeded mutants of each (mutants.jsonl.gz). scripts/evidence/differential_corpus.py recorded what
 `DeepSpeedConfig(path)` of deepspeed 0.19.8 made of every one at data-parallel world sizes 1 and 8
 (verdicts.json, and each mutant's own record), so this test needs no DeepSpeed: it asserts
 
@@ -17,16 +17,18 @@ every parser-accepted config zerotune called an error and on 300 it called clean
 that record: no zerotune error on a config that initializes and trains, and every initialize() failure on
 a config zerotune passes is one this harness causes or one no static check can see (NOT_CONFIG_ERRORS).
 
-A small slow test re-runs DeepSpeed on a sample to show the records still hold.
+A small slow test re-runs DeepSpeed on a sample (the script's `record --check`) to show the records still hold.
 """
 
 from __future__ import annotations
 
 import gzip
+import hashlib
 import importlib.util
 import json
-import random
 import re
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -37,8 +39,9 @@ from zerotune.lint.context import LintOptions
 from zerotune.lint.diagnostic import Severity
 from zerotune.lint.runner import lint
 
-HERE = Path(__file__).resolve().parents[1] / "fixtures" / "differential"
-SHARED = Path(__file__).resolve().parents[3] / "shared" / "corpus" / "configs"
+REPO = Path(__file__).resolve().parents[2]
+HERE = REPO / "tests" / "fixtures" / "differential"
+PUBLIC = REPO / "tests" / "fixtures" / "corpus"
 
 # zerotune errors on configs DeepSpeed's parser accepts: the failure each predicts inside initialize() or
 # the first training step (DeepSpeed 0.19.8 source).
@@ -63,6 +66,14 @@ ENGINE_TIME = {
     "ZT615": "optimizer constructor: unexpected keyword (TypeError) or a non-number lr/eps/betas",
     "ZT616": "engine.py _scheduler_from_config: scheduler(optimizer, **params) TypeError",
     "ZT801": '"auto" strings reach the optimizer/scheduler constructors or the clipping arithmetic',
+    "ZT203": "ops/adam/cpu_adam.py step: stage 0 + offload_optimizer builds DeepSpeedCPUAdam (CPUAdagrad, "
+    "CPULion, Muon's aux Adam) over GPU parameters, and its first step asserts they are on the CPU",
+}
+# Of those, failures the CPU initialize() harness cannot show: its parameters live on the CPU already.
+GPU_ONLY = {"ZT203"}
+# zerotune errors on configs that run, by decision (issue 19): the config does not run as written.
+RUNS_NOT_AS_WRITTEN = {
+    "ZT502": "a misspelt top-level section (zero_optimisation): DeepSpeed runs without every setting in it",
 }
 WORLDS = ("1", "8")
 
@@ -85,7 +96,7 @@ NOT_CONFIG_ERRORS = {
 
 def _load(cid: str) -> LoadedConfig | None:
     source, name = cid.split("/", 1)
-    path = HERE / "configs" / name if source == "differential" else SHARED / name
+    path = HERE / "configs" / name if source == "differential" else PUBLIC / "configs" / name
     return load_path(path) if path.is_file() else None
 
 
@@ -95,9 +106,9 @@ def _items() -> list[tuple[str, LoadedConfig, dict]]:
     with gzip.open(HERE / "mutants.jsonl.gz", "rt", encoding="utf-8") as fh:
         for line in fh:
             m = json.loads(line)
-            if m["id"].startswith("shared/") and not SHARED.is_dir():
-                continue
-            items.append((f"{m['id']} ({m['how']})", load_bytes(m["text"].encode(), "mutant.json"), m["verdict"]))
+            items.append(
+                (f"{m['id']} ({m['how']})", load_bytes(m["text"].encode(), "mutant.json"), m["verdict"])
+            )
     return items
 
 
@@ -123,8 +134,22 @@ def test_the_corpus_is_big_enough_and_sourced() -> None:
     assert len(rows) >= 250 and len(doc["files"]) >= 300
 
 
+def test_the_public_corpus_is_vendored_whole_with_its_provenance() -> None:
+    """Every public-project config is here, byte for byte what its MANIFEST row (repo, commit, sha256) names."""
+    header, *rows = [r.split("\t") for r in (PUBLIC / "MANIFEST.tsv").read_text().splitlines()]
+    assert header == ["filename", "repo", "path", "commit", "license", "sha256"]
+    assert {r[0] for r in rows} == {f"configs/{p.name}" for p in (PUBLIC / "configs").iterdir()}
+    assert all(hashlib.sha256((PUBLIC / r[0]).read_bytes()).hexdigest() == r[5] for r in rows)
+    doc = json.loads((HERE / "verdicts.json").read_text())
+    assert {cid for cid in doc["files"] if cid.startswith("shared/")} == {f"shared/{r[0][8:]}" for r in rows}
+
+
 def test_no_crash(outcomes) -> None:
-    crashed = [(cid, [d.message for d in errs]) for cid, _, _, errs in outcomes if any(d.code == "ZT000" for d in errs)]
+    crashed = [
+        (cid, [d.message for d in errs])
+        for cid, _, _, errs in outcomes
+        if any(d.code == "ZT000" for d in errs)
+    ]
     assert not crashed, crashed[:5]
 
 
@@ -141,7 +166,7 @@ def test_every_error_on_an_accepted_config_predicts_an_initialize_failure(outcom
     for cid, w, why, errs in outcomes:
         if why is None:
             for d in errs:
-                if d.code not in ENGINE_TIME:
+                if d.code not in ENGINE_TIME and d.code not in RUNS_NOT_AS_WRITTEN:
                     unexplained[d.code] += 1
                     examples.setdefault(d.code, (cid, w, d.message))
     assert not unexplained, [(code, n, examples[code]) for code, n in unexplained.most_common()]
@@ -162,7 +187,12 @@ def initialized() -> list[tuple[str, str | None, list]]:
 
 def test_no_error_on_a_config_that_initializes_and_trains(initialized) -> None:
     assert len(initialized) >= 400
-    wrong = [(cid, [d.code + " " + d.message for d in errs]) for cid, why, errs in initialized if errs and not why]
+    excused = GPU_ONLY | set(RUNS_NOT_AS_WRITTEN)
+    wrong = [
+        (cid, [d.code + " " + d.message for d in errs if d.code not in excused])
+        for cid, why, errs in initialized
+        if not why and any(d.code not in excused for d in errs)
+    ]
     assert not wrong, wrong[:5]
 
 
@@ -177,16 +207,11 @@ def test_initialize_failures_zerotune_passes_are_not_config_errors(initialized) 
 
 @pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("deepspeed") is None, reason="deepspeed is not installed")
-def test_recorded_verdicts_still_hold_on_a_sample(tmp_path) -> None:
-    import sys
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-    from differential_corpus import DeepSpeedParser
-
-    parser = DeepSpeedParser()
-    items = random.Random(12).sample(_items(), 30)
-    for i, (cid, loaded, verdict) in enumerate(items):
-        path = tmp_path / f"{i}.json"
-        path.write_text(loaded.text, encoding="utf-8")
-        for w in WORLDS:
-            assert (parser.verdict(str(path), int(w)) is None) == (verdict[w] is None), (cid, w)
+def test_recorded_verdicts_still_hold_on_a_sample() -> None:
+    """30 recorded files and mutants through DeepSpeedConfig again, at both world sizes."""
+    script = REPO / "scripts" / "evidence" / "differential_corpus.py"
+    done = subprocess.run(
+        [sys.executable, str(script), "record", "--check", "30"], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "re-checked 30 files and mutants: 0 verdicts changed" in done.stdout

@@ -66,11 +66,20 @@ def test_checkpoint_in_cpu_gives_predicts_numbers(cli, tmp_path) -> None:
 
 
 def test_params_without_a_catalog_model(cli) -> None:
-    res = cli("memory", "--params", "7.5e9", "--gpus", "64", "--json")
+    res = cli("memory", "--params", "7.5e9", "--world-size", "8", "--json")
     assert res.code == 0, res.stderr
     data = json.loads(res.stdout)
     assert abs(data["model"]["params"] - 7.5e9) <= 0.01 * 7.5e9
-    assert data["workload"]["world_size"] == 64
+    assert data["workload"]["world_size"] == 8
+
+
+def test_more_gpus_per_node_than_the_profile_is_refused_as_predict_refuses_it(cli, tmp_path) -> None:
+    # memory used to accept --gpus 16 on an 8-GPU profile that predict and recommend refuse
+    config = tmp_path / "ds.json"
+    config.write_text('{"zero_optimization": {"stage": 2}}')
+    for command in (("memory",), ("predict", "--config", str(config))):
+        res = cli(*command, "--model", "llama-7b", "--profile", "dgx-h100", "--gpus", "16")
+        assert res.code == 2 and "16 GPUs per node requested" in res.stderr, (command, res.stderr)
 
 
 def test_default_profile_when_no_profile_and_no_gpus(cli) -> None:
@@ -107,7 +116,7 @@ def test_profile_without_gpus_is_accepted_with_a_note(cli, tmp_path) -> None:
     data = json.loads(res.stdout)
     assert data["gpu_capacity_bytes"] is None
     assert all(row["fits"] is None for row in data["rows"])
-    assert "fit cannot be judged" in res.stderr
+    assert "NOT checked" in res.stderr
 
 
 def test_human_output_has_table_chart_and_notes(cli) -> None:

@@ -1,7 +1,7 @@
 """Our model states against DeepSpeed 0.19.8's own estimators, term by term.
 
 DeepSpeed's `estimate_zero2_model_states_mem_needs` / `estimate_zero3_model_states_mem_needs`
-(stage_1_and_2.py, stage3.py; DEEPSPEED_FACTS §5) count, per GPU, with mixed-precision Adam:
+(stage_1_and_2.py, stage3.py; docs/deepspeed-facts.md §5) count, per GPU, with mixed-precision Adam:
 
 - 2P: 16-bit parameters (replicated in ZeRO-2, 2P/N in ZeRO-3)        -> ours `params`
 - 16 B per partitioned parameter: fp32 master + momentum + variance (12) -> ours `optimizer`

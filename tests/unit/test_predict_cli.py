@@ -9,8 +9,8 @@ import pytest
 from tests.conftest import cpu_probe_profile
 from zerotune.catalog.hardware import load_profile
 from zerotune.catalog.models import derive, load_model
-from zerotune.cli.predict import batch_triple
 from zerotune.dsconfig.settings import ZeroSettings
+from zerotune.job import batch_triple
 from zerotune.model.step import predict_step
 from zerotune.render.predict import timeline_text
 from zerotune.schema.workload import Workload

@@ -1,4 +1,4 @@
-"""The published-runs suite (data/published/runs.yaml, scripts/published.py): the data is well formed and
+"""The published-runs suite (data/published/runs.yaml, scripts/evidence/published.py): the data is well formed and
 traceable, and the model's accuracy on it does not regress past the figures recorded in the repo."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from zerotune.catalog.hardware import list_profiles, load_profile
 from zerotune.catalog.models import list_models, load_model
 
 REPO = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("published", REPO / "scripts" / "published.py")
+_spec = importlib.util.spec_from_file_location("published", REPO / "scripts" / "evidence" / "published.py")
 published = importlib.util.module_from_spec(_spec)
 sys.modules["published"] = published
 _spec.loader.exec_module(published)
@@ -125,10 +125,10 @@ def test_spearman_matches_hand_values() -> None:
 
 def test_accuracy_does_not_regress(result) -> None:
     """Throughput and memory MAPE stay within 2 points of data/published/recorded.json (rewrite it with
-    `scripts/published.py --record` when the model or the suite changes on purpose)."""
+    `scripts/evidence/published.py --record` when the model or the suite changes on purpose)."""
     now = result["summary"]
     recorded = RECORDED["all"]
-    assert now["runs"] == recorded["runs"], "suite changed: re-record with scripts/published.py --record"
+    assert now["runs"] == recorded["runs"], "suite changed: re-record with scripts/evidence/published.py --record"
     assert now["throughput_mape"] <= recorded["throughput_mape"] + TOLERANCE
     if recorded["memory_mape"] is not None:
         assert now["memory_mape"] <= recorded["memory_mape"] + TOLERANCE

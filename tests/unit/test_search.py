@@ -22,7 +22,8 @@ from zerotune.schema.hardware import CollectivePerf, HardwareProfile, LinkClass
 from zerotune.search.explain import explain
 from zerotune.search.objective import MEMORY_TOLERANCE, cost_per_billion_tokens
 from zerotune.search.rank import SearchRequest, search
-from zerotune.search.space import Candidate, Space, batch_splits, busbw_at, saturating_bytes
+from zerotune.search.saturation import busbw_at, saturating_bytes
+from zerotune.search.space import Candidate, Space, batch_splits
 
 
 @cache
@@ -124,7 +125,7 @@ def test_chosen_reduce_bucket_is_the_models_best(profile: str) -> None:
     """Larger buckets where the model says so: no other grid value predicts a faster step."""
     result = run("llama-7b", profile)
     best = result.best
-    for value in result.space.grids.reduce_bucket:
+    for value in result.space.grids["reduce_bucket_size"]:
         other = result.evaluate(best.candidate.with_(reduce_bucket_size=value, allgather_bucket_size=value))
         if other.fits:
             assert other.step_time_s >= best.step_time_s * (1 - 1e-4), value
@@ -187,9 +188,9 @@ def test_grids_are_anchored_on_the_block_size() -> None:
     model = load_model("llama-7b")
     space = Space(model, load_profile("dgx-h100"), 8, 2048, 2**21, "bf16")
     g = space.grids
-    assert model.block_params in g.reduce_bucket and 2 * model.block_params in g.reduce_bucket
-    assert g.persistence[0] == 0 and 100_000 in g.persistence
-    assert all(a < b for a, b in zip(g.reduce_bucket, g.reduce_bucket[1:], strict=False))
+    assert model.block_params in g["reduce_bucket_size"] and 2 * model.block_params in g["reduce_bucket_size"]
+    assert g["param_persistence_threshold"][0] == 0 and 100_000 in g["param_persistence_threshold"]
+    assert all(a < b for a, b in zip(g["reduce_bucket_size"], g["reduce_bucket_size"][1:], strict=False))
 
 
 def test_memory_key_merges_only_equivalent_persistence_thresholds() -> None:

@@ -1,5 +1,5 @@
 """Mechanics of the step-time model (zerotune.model.step / comm) against DeepSpeed's behaviour
-(DEEPSPEED_FACTS §4) and the ZeRO paper's communication volumes (Rajbhandari et al. 2019, §7)."""
+(docs/deepspeed-facts.md §4) and the ZeRO paper's communication volumes (Rajbhandari et al. 2019, §7)."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def small():
 @pytest.fixture(scope="module")
 def dgx():
     """The catalog DGX H100 without its fitted overheads: these tests check mechanisms, the fitted
-    values are judged by the published suite (scripts/published.py)."""
+    values are judged by the published suite (scripts/evidence/published.py)."""
     from zerotune.schema.hardware import OverheadSpec
 
     return load_profile("dgx-h100").model_copy(update={"overheads": OverheadSpec()})
@@ -158,7 +158,7 @@ def test_zero_paper_volumes(small):
     all-gather Ψ); P_os+g+p moves 3Ψ (forward gather, backward gather, reduce-scatter).
 
     DeepSpeed 0.19.8 reduces stage 1/2 buckets with an all-reduce (use_multi_rank_bucket_allreduce,
-    DEEPSPEED_FACTS §4.1), so its gradient reduction is the paper's 2Ψ DP all-reduce and the
+    docs/deepspeed-facts.md §4.1), so its gradient reduction is the paper's 2Ψ DP all-reduce and the
     post-step all-gather adds Ψ: 3Ψ, not the paper's idealised 2Ψ."""
     n = 64
     hw = HardwareProfile(

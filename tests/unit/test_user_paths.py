@@ -85,7 +85,8 @@ def test_reasons_are_true_to_deepspeed_0_19_8():
     counts follow DeepSpeed's fill rule (162 for llama-7b at 50M), persistent params are gathered once per
     step, and a tie's text names the tie-break the ranking used."""
     from zerotune.model.comm import fill_buckets
-    from zerotune.search.explain import _persistence_reason, backward_order
+    from zerotune.search.knob_reasons import backward_order
+    from zerotune.search.knob_reasons import persistence_reason as _persistence_reason
     from zerotune.search.recommend import recommend
 
     model = load_model("llama-7b")

@@ -5,7 +5,7 @@ short, comparable, CPU-runnable measurement needs, saying so in `notes`:
 
 - the batch triple is made consistent for the proxy's micro-batch, accumulation and rank count;
 - on CPU precision is fp32: bf16 matmul runs ~150x slower than fp32 on a CPU without AVX-512 and
-  fp16 is unsupported by DeepSpeed's CPU accelerator (DEEPSPEED_FACTS §8, "fp16/bf16 requested
+  fp16 is unsupported by DeepSpeed's CPU accelerator (docs/deepspeed-facts.md §8, "fp16/bf16 requested
   but unsupported");
 - on CPU the `optimizer` section becomes a torch optimizer passed to `deepspeed.initialize`:
   DeepSpeed's own Adam on CPU is FusedAdam/CPUAdam, JIT-compiled at first use (~90 s). Adam/AdamW
@@ -27,6 +27,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
+from zerotune.dsconfig.settings import resolve
 from zerotune.errors import InputError
 
 DEFAULT_LR = 1e-3
@@ -60,13 +61,6 @@ class Prepared:
     notes: list[str] = field(default_factory=list)
 
 
-def _int_or_none(value: Any) -> int | None:
-    """An integral JSON number, else None ("auto", strings, fractions)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
-        return None
-    return int(value)
-
-
 def prepare(
     user: dict[str, Any],
     *,
@@ -88,11 +82,12 @@ def prepare(
         zero["stage"] = stage
         config["zero_optimization"] = zero
 
-    mb = micro_batch or _int_or_none(config.get("train_micro_batch_size_per_gpu")) or 1
-    ga = grad_accum or _int_or_none(config.get("gradient_accumulation_steps")) or 1
+    read = resolve(config)  # the batch keys, precision and offload as DeepSpeed reads them
+    mb = micro_batch or read.micro_batch or 1
+    ga = grad_accum or read.grad_accum or 1
     if mb < 1 or ga < 1:
         raise InputError(f"micro-batch ({mb}) and gradient accumulation ({ga}) must be positive")
-    given = _int_or_none(config.get("train_batch_size"))
+    given = read.train_batch_size
     if given is not None and given != mb * ga * nproc:
         notes.append(
             f"train_batch_size {given} -> {mb * ga * nproc} (= micro {mb} x accum {ga} x {nproc} ranks)"
@@ -104,21 +99,17 @@ def prepare(
     if device == "cpu":
         for key in ("fp16", "bf16", "bfloat16"):
             section = config.get(key)
-            if isinstance(section, dict) and section.get("enabled") not in (False, "false", None):
+            if isinstance(section, dict) and resolve({key: section}).precision != "fp32":
                 notes.append(f"{key} disabled: the CPU proxy runs fp32")
                 config[key] = {"enabled": False}
             elif key in config and not isinstance(section, dict):
                 config.pop(key)
-    zero = config.get("zero_optimization")
-    offload = zero.get("offload_optimizer") if isinstance(zero, dict) else None
-    offloaded = isinstance(offload, dict) and offload.get("device") in ("cpu", "nvme")
-    stage_n = _int_or_none(zero.get("stage")) if isinstance(zero, dict) else None
     optimizer: dict[str, Any] | None
-    if device == "cuda" and offloaded and (stage_n or 0) > 0:
+    if device == "cuda" and read.zero.optimizer_offloaded:  # what users run: DeepSpeed's CPU Adam
         config["optimizer"] = _deepspeed_adam(config.get("optimizer"), notes)
         optimizer = None
     else:
-        if offloaded:
+        if read.zero.cpu_optimizer:  # the engine refuses a client optimizer other than its CPU ones
             config["zero_force_ds_cpu_optimizer"] = False
             notes.append("optimizer offload with a torch optimizer: zero_force_ds_cpu_optimizer set to false")
         optimizer = _torch_optimizer(config.pop("optimizer", None), notes)

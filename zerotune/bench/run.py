@@ -26,6 +26,7 @@ from zerotune.bench.config import Prepared, prepare
 from zerotune.bench.decoder import module_names
 from zerotune.bench.result import BenchResult, Parity, PredictedCall, Prediction, Proxy, StageRun, median
 from zerotune.catalog.models import derive
+from zerotune.dsconfig import hf_auto
 from zerotune.dsconfig.settings import resolve
 from zerotune.errors import InputError, MissingDependency
 from zerotune.schema.model import ModelSpec
@@ -194,7 +195,7 @@ def run_bench(
             width_scale=scale,
             seq_len=seq,
             micro_batch=prepared.micro_batch,
-            dtype="fp32" if kind == "cpu" else _dtype(prepared.config),
+            dtype="fp32" if kind == "cpu" else resolve(prepared.config).precision,
             nproc=nproc,
             grad_accum=prepared.grad_accum,
             nodes=nodes,
@@ -299,15 +300,13 @@ def proxy_workload(proxy: Proxy) -> Any:
 
 
 def fill_auto(config: dict[str, Any], model: ModelSpec, *, hf: bool) -> tuple[dict[str, Any], list[str]]:
-    """`config` with HF "auto" values resolved, or an InputError naming them (exit 2 up front,
-    not a crash inside a rank). Batch keys are always the bench's to set; the rest only with --hf,
-    filled as the HF Trainer would for `model` (dsconfig/hf_auto.py formulas; the Trainer's defaults:
-    gradient_clipping = max_grad_norm 1.0, fp16/bf16 off)."""
-    from zerotune.dsconfig.emit import auto_paths
-
-    batch_keys = {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps"}
-    owned = {"optimizer", "scheduler"}  # prepare() replaces/drops these sections
-    found = [path for path in auto_paths(config) if path.split(".")[0] not in batch_keys | owned]
+    """`config` with HF "auto" values resolved, or an InputError naming them by JSON pointer (exit 2 up
+    front, not a crash inside a rank). Batch keys are always the bench's to set; the rest only with --hf,
+    for the keys HF fills (hf_auto.HF_AUTO_KEYS), as the HF Trainer would for `model` (the hidden-size
+    formulas; the Trainer's defaults: gradient_clipping = max_grad_norm 1.0, fp16/bf16 off)."""
+    batch = ("/train_batch_size", "/train_micro_batch_size_per_gpu", "/gradient_accumulation_steps")
+    owned = ("/optimizer/", "/scheduler/")  # prepare() replaces/drops these sections
+    found = [p for p in hf_auto.auto_pointers(config) if p not in batch and not p.startswith(owned)]
     if not found:
         return config, []
     if not hf:
@@ -315,24 +314,16 @@ def fill_auto(config: dict[str, Any], model: ModelSpec, *, hf: bool) -> tuple[di
             f"the DeepSpeed config has \"auto\" values DeepSpeed cannot run: {', '.join(found)}",
             hint="pass --hf to fill them as the Hugging Face Trainer would, or write numbers",
         )
-    from zerotune.dsconfig.emit import fill_auto as fill
-    from zerotune.dsconfig.hf_auto import hf_hidden_size_values
-
-    values: dict[str, Any] = {f"zero_optimization.{k}": v for k, v in hf_hidden_size_values(model).items()}
-    values |= {"gradient_clipping": 1.0, "fp16.enabled": False, "bf16.enabled": False}
-    for path in found:
-        if path not in values:
-            raise InputError(f"--hf: no Hugging Face rule fills {path} = \"auto\"", hint="write a number for it")
-    done = ", ".join(f"{path}={values[path]}" for path in found)
-    return fill(config, values), [f"HF \"auto\" values filled as the Trainer would for {model.name}: {done}"]
-
-
-def _dtype(config: dict[str, Any]) -> str:
-    for key, name in (("bf16", "bf16"), ("bfloat16", "bf16"), ("fp16", "fp16")):
-        section = config.get(key)
-        if isinstance(section, dict) and section.get("enabled") in (True, "true"):
-            return name
-    return "fp32"
+    trainer = {"/gradient_clipping": 1.0, "/fp16/enabled": False, "/bf16/enabled": False}
+    hidden = hf_auto.hf_hidden_size_values(model)
+    values = {f"/zero_optimization/{key}": value for key, value in hidden.items()} | trainer
+    for pointer in found:
+        # a stage-3-only key at another stage: HF leaves it "auto" and DeepSpeed drops it; filling it
+        # instead changes nothing, since no other stage reads it
+        if pointer not in hf_auto.HF_AUTO_KEYS or pointer not in values:
+            raise InputError(f'--hf: no Hugging Face rule fills {pointer} = "auto"', hint="write a number for it")
+    done = ", ".join(f"{pointer}={values[pointer]}" for pointer in found)
+    return hf_auto.fill(config, values), [f'HF "auto" values filled as the Trainer would for {model.name}: {done}']
 
 
 def _launch(

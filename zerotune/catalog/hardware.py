@@ -180,15 +180,15 @@ def default_profile(notices: list[str]) -> tuple[HardwareProfile, str]:
 
 PROBE_ONLY_ERROR_PCT = 20.0
 """Expected step-time error of a prediction from a probed but uncalibrated profile: the probe-only
-MAPE of `scripts/accuracy.py` (17 held-out configs, 2 gloo ranks on this project's 2-core CPU testbed):
+MAPE of `scripts/evidence/accuracy.py` (17 held-out configs, 2 gloo ranks on this project's 2-core CPU testbed):
 19.3%, 19.3%, 18.3%, 20.9%, 26.3%, 20.3%, 30.4% and 26.1% in the idle-machine runs of 2026-11-23
-once the probe measured host memory rates, median 20.6% (README "Accuracy and speed"). The probe's microbenchmarks
+once the probe measured host memory rates, median 20.6% (docs/accuracy.md). The probe's microbenchmarks
 miss DeepSpeed's per-step, per-hook and optimizer-step costs; `zerotune calibrate` measures them
 (4.0-8.5% held-out)."""
 
 CATALOG_ERROR_PCT = 15.0
 """Expected step-time error of a prediction from a catalog (datasheet) GPU profile: the throughput MAPE
-of `scripts/published.py` on the published runs it did not fit on (14.9% over 16 held-out runs, 19.8%
+of `scripts/evidence/published.py` on the published runs it did not fit on (14.9% over 16 held-out runs, 19.8%
 over all 49; data/published/recorded.json, checked by tests/unit/test_published.py)."""
 
 

@@ -3,7 +3,7 @@
 `parse_hf_config` reads the fields that decide parameter shapes, applying the defaults that
 transformers' configuration classes apply when a field is absent
 (transformers/models/<family>/configuration_<family>.py, v5.23). `to_hf_config` goes the other way;
-it is what scripts/record_hf_counts.py and the live test hand to transformers, so the catalog is
+it is what scripts/evidence/record_hf_counts.py and the live test hand to transformers, so the catalog is
 checked against transformers' own modules. The tests check that the two are inverses for every
 catalog entry.
 

@@ -61,8 +61,8 @@ def command(
     ] = Format.text,
 ) -> None:
     from zerotune.diagnose.analyse import Options, analyse
-    from zerotune.diagnose.render import github, text
     from zerotune.render import console
+    from zerotune.render.diagnose import github, text
 
     for flag, value in (("--seq-len", seq_len), ("--world-size", world_size)):
         if value is not None and value < 1:

@@ -6,23 +6,40 @@ from typing import Annotated
 
 import typer
 
-CheckpointInCpu = Annotated[
-    bool,
-    typer.Option(
-        "--checkpoint-in-cpu",
-        help="The checkpoints wait for backward in host memory (DeepSpeed cpu_checkpointing, "
-        "Megatron-DeepSpeed --checkpoint-in-cpu).",
-    ),
-]
-
-AdHocParams = Annotated[
-    float | None, typer.Option("--params", help="Ad-hoc model with this many parameters (e.g. 7.5e9).")
-]
-AdHocLayers = Annotated[int | None, typer.Option("--layers", help="Ad-hoc model: transformer blocks.")]
-AdHocHidden = Annotated[int | None, typer.Option("--hidden", help="Ad-hoc model: hidden size.")]
-
 Distributed = Annotated[
     bool,
     typer.Option("--distributed", help="Run as one rank under torchrun (every rank runs this); rank 0 reports."),
 ]
 Fault = Annotated[str | None, typer.Option("--fault", hidden=True, help="Test only: JSON fault injection.")]
+
+
+# The job options: one definition each, with zerotune.job.JobInputs' field descriptions as the help,
+# so memory, predict, recommend and validate describe a job with the same words and defaults.
+def _help(name: str) -> str:
+    from zerotune.job import JobInputs
+
+    return JobInputs.model_fields[name].description or ""
+
+
+Model = Annotated[str | None, typer.Option(help=_help("model"))]
+Profile = Annotated[str | None, typer.Option(help=_help("profile"))]
+Gpus = Annotated[int | None, typer.Option(help=_help("gpus"))]
+Nodes = Annotated[int | None, typer.Option(help=_help("nodes"))]
+WorldSize = Annotated[int | None, typer.Option("--world-size", "--nproc", help=_help("world_size"))]
+GpuMemory = Annotated[float | None, typer.Option(help=_help("gpu_memory"))]
+SeqLen = Annotated[int | None, typer.Option(help=_help("seq_len"))]
+MicroBatch = Annotated[int | None, typer.Option(help=_help("micro_batch"))]
+GradAccum = Annotated[int | None, typer.Option(help=_help("grad_accum"))]
+Precision = Annotated[str | None, typer.Option(help=_help("precision"))]
+Optimizer = Annotated[str | None, typer.Option(help=_help("optimizer"))]
+Checkpointing = Annotated[
+    bool | None,
+    typer.Option("--checkpointing/--no-checkpointing", help=_help("checkpointing"), show_default=False),
+]
+CheckpointInCpu = Annotated[bool, typer.Option("--checkpoint-in-cpu", help=_help("checkpoint_in_cpu"))]
+AdHocParams = Annotated[float | None, typer.Option("--params", help=_help("params"))]
+AdHocLayers = Annotated[int | None, typer.Option("--layers", help=_help("layers"))]
+AdHocHidden = Annotated[int | None, typer.Option("--hidden", help=_help("hidden"))]
+Hf = Annotated[bool, typer.Option("--hf", help=_help("hf"))]
+Margin = Annotated[float, typer.Option(help=_help("margin"))]
+JsonOut = Annotated[bool, typer.Option("--json", help="Print JSON only, on stdout.")]

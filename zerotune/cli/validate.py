@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from zerotune.cli import options as o
 from zerotune.errors import InputError
 
 if TYPE_CHECKING:
@@ -110,15 +111,10 @@ def command(
         str | None, typer.Option(help="Model (catalog name or file): enables memory and bucket rules.")
     ] = None,
     profile: Annotated[str | None, typer.Option(help="Hardware profile (catalog name or file).")] = None,
-    gpus: Annotated[
-        int | None, typer.Option(help="GPUs per node (with --gpu-memory, instead of --profile).")
-    ] = None,
-    gpu_memory: Annotated[
-        float | None, typer.Option(help="GPU memory in GiB (instead of --profile).")
-    ] = None,
-    seq_len: Annotated[
-        int, typer.Option(help="Tokens per sequence, for the activation memory of the memory rules.")
-    ] = 2048,
+    gpus: o.Gpus = None,
+    gpu_memory: o.GpuMemory = None,
+    seq_len: o.SeqLen = None,
+    checkpointing: o.Checkpointing = None,
 ) -> None:
     from zerotune.lint import registry
     from zerotune.lint.context import LintOptions
@@ -150,6 +146,7 @@ def command(
         gpus=gpus,
         gpu_memory_gib=gpu_memory,
         seq_len=seq_len,
+        checkpointing=checkpointing,
         verbose=bool(ctx.find_root().params.get("verbose")),
     )
     named = set(files)  # paths given literally; the others came from a glob or a folder walk

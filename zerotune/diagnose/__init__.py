@@ -1,6 +1,9 @@
 """`zerotune diagnose`: read a failed or slow DeepSpeed run's log, name the cause, propose a fix.
 
-scan.py streams the log and pulls out facts and failure signals, classify.py picks one primary
-cause, explain.py runs the memory model on the reconstructed job and searches a minimal fix,
-report.py is the --json schema, render.py the text and GitHub forms. Pure core: no torch/deepspeed.
+scan.py streams the log through the signal table (signals/: one module per source, filling the
+records of records.py), causes.py is the ordered cause table that picks one primary cause,
+explain.py rebuilds the job and runs the memory and step models on it, fix_search.py searches the
+smallest config change that fits, rejected.py lints a config DeepSpeed refused, analyse.py runs the
+whole pipeline and report.py is the --json schema. zerotune.render.diagnose renders the report.
+Pure core: no torch/deepspeed, and nothing here imports zerotune.cli (but one TODO in explain.py).
 """

@@ -10,10 +10,11 @@ import math
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
-from zerotune.diagnose import explain
-from zerotune.diagnose.classify import classify
+from zerotune.diagnose import explain, fix_search, rejected
+from zerotune.diagnose.causes import classify
+from zerotune.diagnose.records import Scan
 from zerotune.diagnose.report import Diagnosis, FactOut, Report
-from zerotune.diagnose.scan import Scan, scan_stream
+from zerotune.diagnose.scan import scan_stream
 from zerotune.dsconfig.settings import resolve
 from zerotune.errors import InputError, ZerotuneError
 
@@ -140,10 +141,10 @@ def _explain(
     fixed: dict[str, Any] | None = None
     # config rejected: the validate rules on the config with the rejected values put back
     if diagnosis.cause == "config_rejected":
-        cfg = explain.rejected_config(job.config, diagnosis)
+        cfg = rejected.rejected_config(job.config, diagnosis)
         if cfg is not None:
-            world = explain.rejected_world(diagnosis)
-            report.lint = explain.lint_config(
+            world = rejected.rejected_world(diagnosis)
+            report.lint = rejected.lint_config(
                 cfg, world=world if world and world > 0 else None, seq_len=job.seq_len
             )
             keys = {f.field for f in diagnosis.rejected.fields} if diagnosis.rejected else set()
@@ -161,7 +162,7 @@ def _explain(
     elif job.config is not None and "reconstructed" not in job.config_source:
         report.lint = [
             f
-            for f in explain.lint_config(job.config, world=job.world, seq_len=job.seq_len)
+            for f in rejected.lint_config(job.config, world=job.world, seq_len=job.seq_len)
             if f.severity != "info"
         ]
 
@@ -177,11 +178,11 @@ def _explain(
     if checked is not None:
         report.memory, gap = checked
         if diagnosis.cause == "gpu_oom":
-            found = explain.fix_report(job, diagnosis, gap)
+            found = fix_search.fix_report(job, diagnosis, gap)
             if found is not None:
                 report.fix, fixed = found
             elif diagnosis.oom is not None and diagnosis.oom.phase != "checkpoint_save":
-                notes.append(f"no change of at most {explain.MAX_KNOBS} keys is predicted to fit")
+                notes.append(f"no change of at most {fix_search.MAX_KNOBS} keys is predicted to fit")
     if diagnosis.cause == "slow" or (scan.breakdown and options.model is not None):
         if job.hardware is None and job.spec is not None and job.config is not None:
             job.hardware = _hardware(job, options.profile, None, notes)

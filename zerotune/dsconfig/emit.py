@@ -1,6 +1,6 @@
 """A search candidate -> the DeepSpeed config dict, and the files `zerotune recommend` writes.
 
-Emitted configs are for DeepSpeed 0.19.8 (DEEPSPEED_FACTS): sizes as JSON integers (the pydantic
+Emitted configs are for DeepSpeed 0.19.8 (docs/deepspeed-facts.md): sizes as JSON integers (the pydantic
 int fields reject fractional floats), `stage3_*` aliases for the stage-3 knobs (the spelling the
 docs and the HF integration use), only the keys the chosen stage reads, the batch trio with
 train_batch_size = micro x accumulation x world size (§3.1 asserts it), an explicit
@@ -25,7 +25,8 @@ from typing import Any
 
 import yaml
 
-from zerotune.dsconfig.settings import ALIASES, STAGE3_KNOBS, ConfigChoice
+from zerotune.dsconfig.knobs import ZERO_KEYS, knobs_for  # noqa: F401 (ZERO_KEYS re-exported)
+from zerotune.dsconfig.settings import ConfigChoice
 
 NVME_PATH_PLACEHOLDER = "/local_nvme"
 """Written for NVMe offload; the reason tells the user to point it at their NVMe mount."""
@@ -47,22 +48,6 @@ def optimizer_params(task: str = "pretrain") -> dict[str, Any]:
     """AdamW values written for `task` (pretrain or finetune)."""
     return dict(FINETUNE_OPTIMIZER_PARAMS if task == "finetune" else OPTIMIZER_PARAMS)
 
-# ConfigChoice field -> key in zero_optimization (stage-3 knobs under their stage3_* alias).
-ZERO_KEYS: dict[str, str] = {
-    field: ALIASES.get(field, (field,))[0]
-    for field in (
-        "overlap_comm",
-        "contiguous_gradients",
-        "reduce_bucket_size",
-        "allgather_bucket_size",
-        "prefetch_bucket_size",
-        "param_persistence_threshold",
-        "max_live_parameters",
-        "max_reuse_distance",
-        "sub_group_size",
-    )
-}
-
 HF_AUTO_PATHS: tuple[str, ...] = (
     "train_batch_size",
     "train_micro_batch_size_per_gpu",
@@ -77,25 +62,16 @@ HF_AUTO_PATHS: tuple[str, ...] = (
 )
 """Keys HF Trainer fills from TrainingArguments and checks for mismatches
 (transformers integrations/deepspeed.py, HfTrainerDeepSpeedConfig.trainer_config_process;
-DEEPSPEED_FACTS §6): left concrete they must equal the command-line arguments or HF raises."""
+docs/deepspeed-facts.md §6): left concrete they must equal the command-line arguments or HF raises."""
 
 
 def zero_section(cand: ConfigChoice) -> dict[str, Any]:
-    """`zero_optimization` for the candidate, with only the keys its stage reads."""
-    section: dict[str, Any] = {"stage": cand.stage}
-    if cand.stage == 0:
-        return section
-    section["overlap_comm"] = cand.overlap_comm
-    section["contiguous_gradients"] = cand.contiguous_gradients
-    section["reduce_scatter"] = True
-    section["reduce_bucket_size"] = cand.reduce_bucket_size
-    if cand.stage in (1, 2):
-        section["allgather_bucket_size"] = cand.allgather_bucket_size
-    else:
-        for field in STAGE3_KNOBS:
-            section[ZERO_KEYS[field]] = getattr(cand, field)
-        section["stage3_gather_16bit_weights_on_model_save"] = True
-    if cand.offload_optimizer != "none":
+    """`zero_optimization` for the candidate: the knob table's keys its stage reads (dsconfig/knobs.py),
+    then the offload sections."""
+    section: dict[str, Any] = {
+        knob.key: knob.fixed if not knob.chosen else getattr(cand, knob.field) for knob in knobs_for(cand.stage)
+    }
+    if cand.stage > 0 and cand.offload_optimizer != "none":
         section["offload_optimizer"] = _offload(cand.offload_optimizer)
     if cand.stage == 3 and cand.offload_param != "none":
         section["offload_param"] = _offload(cand.offload_param)

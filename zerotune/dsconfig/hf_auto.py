@@ -2,7 +2,7 @@
 DeepSpeed's own defaults and Hugging Face's "auto" formulas.
 
 HF (transformers `src/transformers/integrations/deepspeed.py`, `HfTrainerDeepSpeedConfig.
-trainer_config_finalize`; DEEPSPEED_FACTS §6) fills three zero_optimization keys from the
+trainer_config_finalize`; docs/deepspeed-facts.md §6) fills three zero_optimization keys from the
 model's hidden size h when they are "auto" — blind to the hardware:
 
     reduce_bucket_size                   h * h            (any stage)
@@ -20,8 +20,12 @@ the communication knobs.
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Iterator, Mapping
 from typing import Any
 
+from zerotune.dsconfig import schema
+from zerotune.dsconfig.load import escape
 from zerotune.dsconfig.settings import (
     DS_ALLGATHER_BUCKET,
     DS_MAX_LIVE,
@@ -32,6 +36,62 @@ from zerotune.dsconfig.settings import (
     DS_SUB_GROUP,
 )
 from zerotune.schema.model import ModelSpec
+
+# Keys Hugging Face's HfTrainerDeepSpeedConfig fills when their value is "auto" (transformers
+# integrations/deepspeed.py; docs/deepspeed-facts.md §6), by JSON pointer. Value: the condition, "any" or "stage3".
+# The one table of them: the linter (lint/rules/hf.py) and the bench (bench/run.py fill_auto) read it.
+HF_AUTO_KEYS: dict[str, str] = {
+    "/train_micro_batch_size_per_gpu": "any",
+    "/gradient_accumulation_steps": "any",
+    "/train_batch_size": "any",
+    "/gradient_clipping": "any",
+    "/optimizer/params/lr": "any",
+    "/optimizer/params/betas": "any",
+    "/optimizer/params/eps": "any",
+    "/optimizer/params/weight_decay": "any",
+    "/scheduler/params/warmup_min_lr": "any",
+    "/scheduler/params/warmup_max_lr": "any",
+    "/scheduler/params/warmup_num_steps": "any",
+    "/scheduler/params/total_num_steps": "any",
+    "/fp16/enabled": "any",
+    "/bf16/enabled": "any",
+    "/zero_optimization/reduce_bucket_size": "any",
+    "/zero_optimization/stage3_prefetch_bucket_size": "stage3",
+    "/zero_optimization/stage3_param_persistence_threshold": "stage3",
+}
+
+
+def auto_pointers(value: Any, pointer: str = "") -> Iterator[str]:
+    """JSON pointers of every value that is exactly the string "auto", in document order."""
+    if isinstance(value, dict):
+        for key, child in value.items():
+            yield from auto_pointers(child, f"{pointer}/{escape(key)}")
+    elif isinstance(value, list):
+        for i, child in enumerate(value):
+            yield from auto_pointers(child, f"{pointer}/{i}")
+    elif schema.is_auto(value):
+        yield pointer
+
+
+def hf_fills(pointer: str, stage: int) -> bool:
+    """Does HF Trainer replace an "auto" at `pointer` (its stage-3-only keys only at stage 3)?"""
+    cond = HF_AUTO_KEYS.get(pointer)
+    return cond == "any" or (cond == "stage3" and stage == 3)
+
+
+def fill(config: dict[str, Any], values: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of `config` where every "auto" at a pointer of `values` has that value (what HF does at
+    trainer init; other values are left as they are)."""
+    out = copy.deepcopy(config)
+    for pointer in list(auto_pointers(out)):
+        if pointer in values:
+            *parents, last = [t.replace("~1", "/").replace("~0", "~") for t in pointer.split("/")[1:]]
+            node: Any = out
+            for token in parents:
+                node = node[int(token)] if isinstance(node, list) else node[token]
+            node[int(last) if isinstance(node, list) else last] = values[pointer]
+    return out
+
 
 HF_EXAMPLE_ALLGATHER_BUCKET = 200_000_000
 """allgather_bucket_size in HF's ZeRO-2 example config."""

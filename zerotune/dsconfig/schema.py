@@ -1,7 +1,7 @@
 """What DeepSpeed 0.19.8 reads from a config: every section, key, type, default, unit, alias and status.
 
 Pure data (no deepspeed import). Sources, all in the installed 0.19.8 wheel and summarised in
-DEEPSPEED_FACTS.md: `runtime/zero/config.py` (DeepSpeedZeroConfig, 43 fields), `runtime/zero/offload_config.py`,
+docs/deepspeed-facts.md: `runtime/zero/config.py` (DeepSpeedZeroConfig, 43 fields), `runtime/zero/offload_config.py`,
 `runtime/zenflow/zenflow_config.py`, `runtime/zero/leaf_module_config.py`, `runtime/precision_config.py`,
 `runtime/config.py` (top-level readers, removed keys), `runtime/constants.py`, `comm/config.py`,
 `monitor/config.py`, `compile/config.py`, `utils/config.py`, `inference/config.py`,
@@ -9,7 +9,7 @@ DEEPSPEED_FACTS.md: `runtime/zero/config.py` (DeepSpeedZeroConfig, 43 fields), `
 tests/unit/test_dsconfig_schema.py proves the pydantic tables equal DeepSpeed's `model_fields` (names,
 aliases, defaults) when deepspeed is installed.
 
-Parsing rules that matter for a linter (DEEPSPEED_FACTS §1.1, §3.8):
+Parsing rules that matter for a linter (docs/deepspeed-facts.md §1.1, §3.8):
 - *strict* sections are pydantic models with extra="forbid": an unknown key is a DeepSpeed error, a value is
   coerced in pydantic's lax mode (JSON 5e8 → int OK, the string "5e8" rejected, 2.5 rejected for an int), and
   a value that is exactly the string "auto" is dropped so the default applies;
@@ -310,7 +310,7 @@ _MONITOR_COMMON = (
     F("job_name", "str", "DeepSpeedJobName"),
 )
 
-# Top-level keys 0.19.8 reads (DEEPSPEED_FACTS §3.0). Sections are "object"; scalar types are what the
+# Top-level keys 0.19.8 reads (docs/deepspeed-facts.md §3.0). Sections are "object"; scalar types are what the
 # readers need to work (dict.get does not coerce: a string batch size breaks the arithmetic).
 TOP_FIELDS: tuple[Field, ...] = (
     F("train_batch_size", "int", None, gt=0),
@@ -811,29 +811,6 @@ AUTOCAST_DTYPES = (
     "int8",
 )
 
-# Keys Hugging Face's HfTrainerDeepSpeedConfig fills when their value is "auto" (transformers
-# integrations/deepspeed.py; DEEPSPEED_FACTS §6). Value: the condition, "any" or "stage3".
-HF_AUTO_KEYS: dict[str, str] = {
-    "/train_micro_batch_size_per_gpu": "any",
-    "/gradient_accumulation_steps": "any",
-    "/train_batch_size": "any",
-    "/gradient_clipping": "any",
-    "/optimizer/params/lr": "any",
-    "/optimizer/params/betas": "any",
-    "/optimizer/params/eps": "any",
-    "/optimizer/params/weight_decay": "any",
-    "/scheduler/params/warmup_min_lr": "any",
-    "/scheduler/params/warmup_max_lr": "any",
-    "/scheduler/params/warmup_num_steps": "any",
-    "/scheduler/params/total_num_steps": "any",
-    "/fp16/enabled": "any",
-    "/bf16/enabled": "any",
-    "/zero_optimization/reduce_bucket_size": "any",
-    "/zero_optimization/stage3_prefetch_bucket_size": "stage3",
-    "/zero_optimization/stage3_param_persistence_threshold": "stage3",
-}
-
-
 def section(pointer: str) -> Section | None:
     return SECTIONS.get(pointer)
 
@@ -1029,6 +1006,17 @@ def _json_type(value: Any) -> str:
     if isinstance(value, list):
         return "a list"
     return "an object" if isinstance(value, dict) else "null"
+
+
+def loose_number(value: Any) -> int | float | None:
+    """A top-level number as DeepSpeed computes with it: those keys are read with dict.get and no
+    conversion (runtime/config_utils.py get_scalar_param), so a boolean is the int it is in Python, a
+    string is not a number, and inf/nan are not usable."""
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, int) or isinstance(value, float) and math.isfinite(value):
+        return value
+    return None
 
 
 def is_auto(value: Any) -> bool:

@@ -1,10 +1,12 @@
 """A typed, resolved view of the ZeRO-relevant part of a DeepSpeed config.
 
 This is what the memory and step-time models consume. `resolve()` reads a raw config dict the
-way DeepSpeed 0.19.8 does for these keys (DEEPSPEED_FACTS §1.1): "auto" values are dropped so the
-default applies, `stage3_*` aliases and field names are both accepted, the deprecated
-`cpu_offload`/`cpu_offload_param` booleans become offload sections, `overlap_comm` defaults to
-True only at stage 3. It is tolerant on purpose: judging a config is the linter's job
+way DeepSpeed 0.19.8 does for these keys (docs/deepspeed-facts.md §1.1): the keys and aliases come from the
+linter's table (dsconfig/schema.py), values in pydantic sections go through `schema.coerce` (pydantic's
+lax mode, the one coercion the linter and the bench share), top-level numbers through
+`schema.loose_number` (dict.get, no conversion); "auto" values are dropped so the default applies, the
+deprecated `cpu_offload`/`cpu_offload_param` booleans become offload sections, `overlap_comm`
+defaults to True only at stage 3. It is tolerant on purpose: judging a config is the linter's job
 (zerotune/lint); this view only needs the values DeepSpeed would end up with.
 
 Defaults below are DeepSpeed 0.19.8's (`DeepSpeedZeroConfig.model_fields`, offload_config.py);
@@ -13,10 +15,12 @@ tests/unit/test_dsconfig_settings.py checks them against the linter's schema tab
 
 from __future__ import annotations
 
-import math
-from typing import Any, Literal, Protocol, get_args, get_origin
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict
+
+from zerotune.dsconfig import schema
+from zerotune.dsconfig.knobs import STAGE3_KNOBS  # noqa: F401 (re-exported: defined by the knob table)
 
 OffloadDevice = Literal["none", "cpu", "nvme"]
 
@@ -67,16 +71,30 @@ class ZeroSettings(BaseModel):
     zero_quantized_gradients: bool = False
     gather_16bit_weights_on_model_save: bool = False
     # Top-level keys the ZeRO buffers and reductions use, filled by resolve() (not zero_optimization
-    # keys): None = the model dtype, DeepSpeed's default for both (DEEPSPEED_FACTS §3.2, §3.3).
+    # keys): None = the model dtype, DeepSpeed's default for both (docs/deepspeed-facts.md §3.2, §3.3).
     communication_data_type: Literal["fp16", "bf16", "fp32"] | None = None
     grad_accum_dtype: Literal["fp16", "bf16", "fp32"] | None = None
     # `bf16.bf16_master_weights_and_grads` / `fp16.fp16_master_weights_and_grads` (ZeRO 1-3): the
     # optimizer's master weights and the gradient it steps on in that 16-bit dtype instead of fp32;
     # `bf16.bf16_optimizer_states`: the moments too where the optimizer would otherwise keep them in
-    # fp32 (DeepSpeed's CPU Adam under offload). DEEPSPEED_FACTS §3.2; base_optimizer.py
+    # fp32 (DeepSpeed's CPU Adam under offload). docs/deepspeed-facts.md §3.2; base_optimizer.py
     # `_configure_master_weights`.
     master_dtype: Literal["fp16", "bf16", "fp32"] = "fp32"
     optimizer_states_16bit: bool = False
+
+    @property
+    def cpu_optimizer(self) -> bool:
+        """DeepSpeed builds its CPU optimizer class (DeepSpeedCPUAdam/Adagrad/Lion) for a DeepSpeed-named
+        optimizer: engine.py `zero_use_cpu_optimizer` reads offload_optimizer.device whatever the stage."""
+        return self.offload_optimizer.device != "none"
+
+    @property
+    def optimizer_offloaded(self) -> bool:
+        """Optimizer states and the step live off the GPU. Only a ZeRO optimizer (stage 1-3) moves them:
+        at stage 0 offload_optimizer offloads nothing, yet `cpu_optimizer` still holds, so DeepSpeed's
+        CPU optimizer is built over GPU parameters and its first step asserts (ops/adam/cpu_adam.py
+        `step`: "param ... must be 'cpu'"); the linter reports that (ZT203)."""
+        return self.cpu_optimizer and self.stage >= 1
 
 
 class ResolvedConfig(BaseModel):
@@ -105,14 +123,6 @@ DS_MAX_LIVE = _DEFAULTS.max_live_parameters
 DS_MAX_REUSE = _DEFAULTS.max_reuse_distance
 DS_SUB_GROUP = _DEFAULTS.sub_group_size
 
-STAGE3_KNOBS: tuple[str, ...] = (
-    "prefetch_bucket_size",
-    "param_persistence_threshold",
-    "max_live_parameters",
-    "max_reuse_distance",
-    "sub_group_size",
-)
-"""ZeroSettings fields only stage 3 reads, in the order they are emitted and searched."""
 
 
 class ConfigChoice(Protocol):
@@ -152,76 +162,58 @@ class ConfigChoice(Protocol):
     def sub_group_size(self) -> int: ...
 
 
+def _spellings(name: str) -> tuple[str, ...]:
+    """The keys DeepSpeed reads a zero_optimization field from, the stage3_* alias first (schema table),
+    then a deprecated key that feeds it (DeepSpeedConfigModel copies a deprecated value into `new_param`)."""
+    f = schema.zero_field(name)
+    if f is None:
+        return (name,)
+    feeding = tuple(d.name for d in schema.ZERO_FIELDS if d.deprecated == name and d.kind == f.kind)
+    return f.spellings + feeding
+
+
 # field name -> accepted spellings, the stage3_* alias first where DeepSpeed has one
-ALIASES = {
-    "prefetch_bucket_size": ("stage3_prefetch_bucket_size", "prefetch_bucket_size"),
-    "param_persistence_threshold": ("stage3_param_persistence_threshold", "param_persistence_threshold"),
-    "model_persistence_threshold": ("stage3_model_persistence_threshold", "model_persistence_threshold"),
-    "max_live_parameters": ("stage3_max_live_parameters", "max_live_parameters"),
-    "max_reuse_distance": ("stage3_max_reuse_distance", "max_reuse_distance"),
-    "allgather_sequential": ("stage3_allgather_sequential", "allgather_sequential"),
-    "gather_16bit_weights_on_model_save": (
-        "stage3_gather_16bit_weights_on_model_save",
-        "gather_16bit_weights_on_model_save",
-        "stage3_gather_fp16_weights_on_model_save",
-    ),
+ALIASES: dict[str, tuple[str, ...]] = {
+    name: _spellings(name) for name in ZeroSettings.model_fields if len(_spellings(name)) > 1
 }
 
 
-def _is_auto(value: Any) -> bool:
-    return isinstance(value, str) and value == "auto"
+def _read(f: schema.Field, raw: Any) -> Any:
+    """DeepSpeed's value for `raw` in a pydantic section (schema.coerce, its lax mode), or None when
+    DeepSpeed would reject its type, so the default applies. An out-of-range value is kept: DeepSpeed
+    rejects it too, and the linter reports it (ZT602); the models see what was written."""
+    value, problem = schema.coerce(f, raw)
+    return None if problem is not None and problem.kind == "type" else value
 
 
-def _number(value: Any, cast: type) -> Any:
-    """DeepSpeed-lax numeric reading: JSON 5e8 and "500000000" are accepted; anything unreadable
-    (a non-numeric string, inf or nan, another type) is None, so the default applies."""
-    try:
-        if isinstance(value, (bool, int, float)):
-            number = cast(value)
-        elif isinstance(value, str):
-            number = cast(float(value)) if cast is float else cast(int(value))
-        else:
-            return None
-    except (ValueError, OverflowError):
-        return None
-    return None if cast is float and not math.isfinite(number) else number
-
-
-def _bool(value: Any) -> bool | None:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, (int, float)):
-        return bool(value)
-    if isinstance(value, str) and value.lower() in ("true", "yes", "on", "1", "false", "no", "off", "0"):
-        return value.lower() in ("true", "yes", "on", "1")
-    return None
-
-
-def _clean(section: Any, model: type[BaseModel]) -> dict[str, Any]:
-    """Keep the keys of `section` that `model` knows, coerced; drop "auto" and unreadable values."""
+def _clean(section: Any, sec: schema.Section, model: type[BaseModel]) -> dict[str, Any]:
+    """The keys of `section` that `model` has a field for, read as DeepSpeed reads them: "auto" dropped
+    (runtime/config_utils.py), values through schema.coerce, unreadable ones dropped."""
     if not isinstance(section, dict):
         return {}
     out: dict[str, Any] = {}
-    for name, field in model.model_fields.items():
-        spellings = ALIASES.get(name, (name,))
-        for key in spellings:
-            if key in section and not _is_auto(section[key]):
-                raw = section[key]
-                ann = field.annotation
-                if ann is bool:
-                    value = _bool(raw)
-                elif ann is int:
-                    value = _number(raw, int)
-                elif ann is float:
-                    value = _number(raw, float)
-                elif get_origin(ann) is Literal:  # e.g. an offload device outside none/cpu/nvme
-                    value = raw if raw in get_args(ann) else None
-                else:
-                    value = raw if isinstance(raw, (str, type(None))) else None
-                if value is not None or ann in (str | None, type(None)):
+    for name in model.model_fields:
+        f = sec.field(name)
+        if f is None:
+            continue  # not a key of this section (the top-level values ZeroSettings carries)
+        keys = _spellings(name) if sec.pointer == "/zero_optimization" else f.spellings
+        for key in keys:
+            if key in section and not schema.is_auto(section[key]):
+                value = _read(sec.field(key) or f, section[key])
+                if value is not None or f.nullable:
                     out[name] = value
                 break
     return out
+
+
+def _flag(sec: schema.Section, section: Any, key: str) -> bool:
+    """A boolean key of a pydantic section as DeepSpeed reads it ("auto" or unreadable: its default)."""
+    f = sec.field(key)
+    assert f is not None, (sec.pointer, key)
+    if not isinstance(section, dict) or key not in section or schema.is_auto(section[key]):
+        return bool(f.default)
+    value = _read(f, section[key])
+    return bool(f.default) if value is None else bool(value)
 
 
 _DTYPES = {
@@ -244,59 +236,62 @@ def _dtype(value: Any) -> str | None:
     return _DTYPES.get(value.lower()) if isinstance(value, str) else None
 
 
+_ZERO = schema.SECTIONS["/zero_optimization"]
+_OFFLOAD_OPTIMIZER = schema.SECTIONS["/zero_optimization/offload_optimizer"]
+_OFFLOAD_PARAM = schema.SECTIONS["/zero_optimization/offload_param"]
+_BF16 = schema.SECTIONS["/bf16"]
+_FP16 = schema.SECTIONS["/fp16"]
+
+
 def resolve_zero(section: Any) -> ZeroSettings:
     """`zero_optimization` (dict, legacy bool, or absent) -> ZeroSettings with DeepSpeed defaults."""
     if section is True:
         return ZeroSettings(stage=1)
     if not isinstance(section, dict):
         return ZeroSettings()
-    values = _clean(section, ZeroSettings)
+    values = _clean(section, _ZERO, ZeroSettings)
     values.pop("offload_optimizer", None)
     values.pop("offload_param", None)
-    values.pop("communication_data_type", None)
-    values.pop("grad_accum_dtype", None)
-    values.pop("master_dtype", None)
-    values.pop("optimizer_states_16bit", None)
-    stage = values.get("stage", 0)
-    if stage not in (0, 1, 2, 3):
-        values["stage"] = 0
     opt = section.get("offload_optimizer")
     if isinstance(opt, dict):
-        values["offload_optimizer"] = OffloadOptimizer(**_clean(opt, OffloadOptimizer))
-    elif _bool(section.get("cpu_offload")):
+        values["offload_optimizer"] = OffloadOptimizer(**_clean(opt, _OFFLOAD_OPTIMIZER, OffloadOptimizer))
+    elif _flag(_ZERO, section, "cpu_offload"):  # deprecated: true → offload_optimizer {"device": "cpu"}
         values["offload_optimizer"] = OffloadOptimizer(device="cpu")
     par = section.get("offload_param")
     if isinstance(par, dict):
-        values["offload_param"] = OffloadParam(**_clean(par, OffloadParam))
-    elif _bool(section.get("cpu_offload_param")):
+        values["offload_param"] = OffloadParam(**_clean(par, _OFFLOAD_PARAM, OffloadParam))
+    elif _flag(_ZERO, section, "cpu_offload_param"):
         values["offload_param"] = OffloadParam(device="cpu")
-    if "overlap_comm" not in values:
+    if "overlap_comm" not in values or values["overlap_comm"] is None:
+        # runtime/zero/config.py overlap_comm_valid: None → True at stage 3, else False
         values["overlap_comm"] = values.get("stage", 0) == 3
     return ZeroSettings(**values)
 
 
+def _int(value: Any) -> int | None:
+    number = schema.loose_number(value)
+    return int(number) if number is not None and float(number).is_integer() else None
+
+
 def resolve(config: dict[str, Any]) -> ResolvedConfig:
     """A raw DeepSpeed config dict -> ResolvedConfig (never raises on odd values)."""
-
-    def section_enabled(name: str) -> bool:
-        section = config.get(name)
-        return isinstance(section, dict) and bool(_bool(section.get("enabled")))
-
-    if section_enabled("bf16") or ("bf16" not in config and section_enabled("bfloat16")):
+    # precision_config.py get_bfloat16_config: the deprecated `bfloat16` is read when `bf16` is absent or null
+    bf16 = config.get("bf16")
+    if bf16 is None:
+        bf16 = config.get("bfloat16")
+    fp16 = config.get("fp16")
+    if _flag(_BF16, bf16, "enabled"):
         precision = "bf16"
-    elif section_enabled("fp16"):
+    elif _flag(_FP16, fp16, "enabled"):
         precision = "fp16"
     else:
         precision = "fp32"
     optimizer = config.get("optimizer")
-    clip = config.get("gradient_clipping", 1.0)
+    clip = schema.loose_number(config.get("gradient_clipping", 1.0))
     data_types = config.get("data_types")
-    bf16, fp16 = config.get("bf16") or config.get("bfloat16"), config.get("fp16")
-    bf16 = bf16 if isinstance(bf16, dict) else {}
-    fp16 = fp16 if isinstance(fp16, dict) else {}
     # DeepSpeed reads both flags whatever precision is on, and rejects both at once (fp16 read first here)
-    master = "fp16" if _bool(fp16.get("fp16_master_weights_and_grads")) else None
-    if master is None and _bool(bf16.get("bf16_master_weights_and_grads")):
+    master = "fp16" if _flag(_FP16, fp16, "fp16_master_weights_and_grads") else None
+    if master is None and _flag(_BF16, bf16, "bf16_master_weights_and_grads"):
         master = "bf16"
     comm = config.get("communication_data_type")
     zero = resolve_zero(config.get("zero_optimization")).model_copy(
@@ -309,16 +304,16 @@ def resolve(config: dict[str, Any]) -> ResolvedConfig:
                 data_types.get("grad_accum_dtype") if isinstance(data_types, dict) else None
             ),
             "master_dtype": master or "fp32",
-            "optimizer_states_16bit": master == "bf16" and bool(_bool(bf16.get("bf16_optimizer_states"))),
+            "optimizer_states_16bit": master == "bf16" and _flag(_BF16, bf16, "bf16_optimizer_states"),
         }
     )
     return ResolvedConfig(
         zero=zero,
         precision=precision,
-        train_batch_size=_number(config.get("train_batch_size"), int),
-        micro_batch=_number(config.get("train_micro_batch_size_per_gpu"), int),
-        grad_accum=_number(config.get("gradient_accumulation_steps"), int),
-        gradient_clipping=_number(clip, float) if _number(clip, float) is not None else 1.0,
+        train_batch_size=_int(config.get("train_batch_size")),
+        micro_batch=_int(config.get("train_micro_batch_size_per_gpu")),
+        grad_accum=_int(config.get("gradient_accumulation_steps")),
+        gradient_clipping=float(clip) if clip is not None else 1.0,
         optimizer_type=optimizer.get("type") if isinstance(optimizer, dict) else None,
         communication_data_type=config.get("communication_data_type")
         if isinstance(config.get("communication_data_type"), str)

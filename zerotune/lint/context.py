@@ -25,8 +25,11 @@ class LintOptions:
     gpus: int | None = None
     gpu_memory_gib: float | None = None
     bf16_capable: bool | None = None
-    seq_len: int = 2048
-    """Tokens per sequence for the memory rules' activation estimate (the config does not say)."""
+    seq_len: int | None = None
+    """Tokens per sequence for the memory rules' activation estimate (the config does not say; None:
+    zerotune.job's default)."""
+    checkpointing: bool | None = None
+    """Activation checkpointing in the training script, for the memory rules (None: zerotune.job's default)."""
     verbose: bool = False
     """Let a check's exception propagate (a traceback) instead of becoming a ZT000 finding."""
 
@@ -94,8 +97,11 @@ class Context:
         if isinstance(sec, dict) and sec.get("device") in ("cpu", "nvme"):
             return sec
         legacy = {"offload_optimizer": "cpu_offload", "offload_param": "cpu_offload_param"}[which]
-        if which not in self.zero and self.zero.get(legacy) is True:
-            return {"device": "cpu"}
+        if which not in self.zero and legacy in self.zero and not schema.is_auto(self.zero[legacy]):
+            # the deprecated boolean is read by pydantic too: "true", "yes", 1 … switch it on
+            value, problem = schema.coerce(schema.zero_field(legacy), self.zero[legacy])
+            if value is True and problem is None:
+                return {"device": "cpu"}
         return None
 
     def enabled(self, section: str) -> bool:

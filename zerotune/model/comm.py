@@ -1,6 +1,6 @@
 """The collectives DeepSpeed 0.19.8 issues for one training step, and what each one costs.
 
-What is issued (DEEPSPEED_FACTS §4; read in `deepspeed/runtime/zero/stage_1_and_2.py`,
+What is issued (docs/deepspeed-facts.md §4; read in `deepspeed/runtime/zero/stage_1_and_2.py`,
 `stage3.py`, `partitioned_param_coordinator.py`, `runtime/engine.py`):
 
 - Stage 0: after the last backward of the step, the engine all-reduces every gradient in buffers of

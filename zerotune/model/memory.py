@@ -9,7 +9,7 @@ master weights, momentum, variance), and ZeRO partitions them over N_d data-para
     P_os+g    2Ψ + (2 + K)Ψ/N_d    P_os+g+p  (2 + 2 + K)Ψ/N_d
 
 DeepSpeed 0.19.8 allocates a little more than the paper counts, and `model_states` says where
-(DEEPSPEED_FACTS §4; deepspeed/runtime/zero/stage_1_and_2.py, stage3.py, fp16/fused_optimizer.py):
+(docs/deepspeed-facts.md §4; deepspeed/runtime/zero/stage_1_and_2.py, stage3.py, fp16/fused_optimizer.py):
 
 - the optimizer steps on an fp32 copy of the gradient partition (`grads_fp32`, 4 B/param of the
   partition). Stage 1/2 build it per parameter group inside `step()`; stage 3 per sub-group of at
@@ -31,19 +31,16 @@ Everything here is pure arithmetic on ints: the search calls `estimate_memory` f
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from functools import lru_cache
 
 from zerotune.dsconfig.settings import ZeroSettings
 from zerotune.model.activations import activation_bytes, checkpoint_host_bytes
+from zerotune.model.fit import SAFETY_MARGIN, padded
 from zerotune.schema.hardware import HardwareProfile
 from zerotune.schema.model import ModelSpec
 from zerotune.schema.workload import Workload
 from zerotune.units import DTYPE_BYTES, GiB, fmt_bytes, fmt_count
-
-DEFAULT_MARGIN = 0.05
-"""Headroom asked for on top of the estimate: the model's own error, not fragmentation (below)."""
 
 CUDA_CONTEXT_BYTES = 1 * GiB
 """Fixed per-process GPU memory outside PyTorch's allocator: the CUDA context and the kernel images
@@ -217,7 +214,7 @@ def model_states(
     P_os); stage 2 also the gradients (P_os+g, `grads_in_partition`); stage 3 also the parameters
     (P_os+g+p), except `persistent` elements that stay gathered on every rank. Partitions are
     ⌈Ψ/N_d⌉ elements (DeepSpeed pads the last one).
-    Offload (DEEPSPEED_FACTS §2.3, §4): stage 1/2 treat any offload device as CPU; the GPU then
+    Offload (docs/deepspeed-facts.md §2.3, §4): stage 1/2 treat any offload device as CPU; the GPU then
     holds no optimizer state and (stage 2) no gradient partition. Stage 3 `nvme` keeps
     min(partition, max_in_cpu) parameter elements in host RAM and the rest on NVMe; NVMe optimizer
     state lives entirely on NVMe. The host pinned swap buffers are in `offload_host_buffers`.
@@ -286,7 +283,7 @@ def _model_states(
 
 
 def offload_host_buffers(psi: int, n_d: int, stage: int, zero: ZeroSettings, elem_bytes: int) -> int:
-    """Pinned host swap buffers of one rank for stage-3 NVMe offload (DEEPSPEED_FACTS §2, §4.2).
+    """Pinned host swap buffers of one rank for stage-3 NVMe offload (docs/deepspeed-facts.md §2, §4.2).
 
     Optimizer: `buffer_count` fp32 buffers of the largest sub-group (swap_tensor/optimizer_utils.py
     SwapBufferManager). Parameters: `buffer_count` × `buffer_size` elements in the model dtype
@@ -479,7 +476,7 @@ def comm_buffer_bytes(
     facts: _Facts, zero: ZeroSettings, elem_bytes: int, gathered: int = 0, *, grad_accum: int = 1
 ) -> int:
     """GPU bytes of the gradient-reduction buckets and their temporaries, and at stage 3 the gathered
-    parameters (DEEPSPEED_FACTS §4; DeepSpeed 0.19.8 source).
+    parameters (docs/deepspeed-facts.md §4; DeepSpeed 0.19.8 source).
 
     - stage 0: the engine flattens gradient buckets of STAGE0_ALLREDUCE_ELEMENTS (≤ Ψ) elements;
     - stage 1/2 (stage_1_and_2.py `setup_buckets`): with `contiguous_gradients` one buffer of
@@ -490,7 +487,7 @@ def comm_buffer_bytes(
       gradients that flatten is the only copy. Stage 2 adds the full gradient of the largest tensor before it is
       copied into a bucket. Under optimizer offload a GPU buffer of the largest parameter stages
       the CPU accumulation (`temp_grad_buffer_for_gpu_offload`). `allgather_bucket_size` allocates
-      nothing on torch with `all_gather_into_tensor` (DEEPSPEED_FACTS §4.1);
+      nothing on torch with `all_gather_into_tensor` (docs/deepspeed-facts.md §4.1);
     - stage 3 (stage3.py): one R-element buffer in the communication dtype if contiguous (no double
       buffer), the coalesced reduce-scatter's flattened input (≤ min(R, Ψ) elements in that dtype,
       `reduce_scatter_coalesced`), the `gathered` parameter elements and the largest tensor's full
@@ -535,7 +532,7 @@ def estimate_memory(
     zero: ZeroSettings,
     *,
     hardware: HardwareProfile | None = None,
-    safety_margin: float = DEFAULT_MARGIN,
+    safety_margin: float = SAFETY_MARGIN,
 ) -> MemoryEstimate:
     """Peak bytes per GPU (and host/NVMe per node) of one data-parallel DeepSpeed ZeRO rank.
 
@@ -623,7 +620,7 @@ def estimate_memory(
     notes: list[str] = []
     if hardware is not None and hardware.has_gpus and hardware.gpu.memory_bytes:
         capacity = hardware.gpu.memory_bytes
-        headroom = capacity - math.ceil(breakdown.total * (1 + safety_margin))
+        headroom = capacity - padded(breakdown.total, safety_margin)
         fits = headroom >= 0
     elif hardware is not None:
         notes.append(f"profile {hardware.name!r} has no GPU memory size: fit cannot be judged")
@@ -679,7 +676,7 @@ def _partition_grads(
     """Gradient buffers DeepSpeed adds at stage 1 beyond the paper's 2Ψ (stage_1_and_2.py):
     `grads_in_partition`, the contiguous copy of this rank's partition (lazily allocated, kept across
     steps) in the model dtype; with `data_types.grad_accum_dtype: fp32` under 16-bit training stage 1
-    runs BF16_Optimizer, whose full-model fp32 gradient accumulator replaces it (DEEPSPEED_FACTS §3.2).
+    runs BF16_Optimizer, whose full-model fp32 gradient accumulator replaces it (docs/deepspeed-facts.md §3.2).
     Stage 2 keeps only the partition (counted in model_states); a grad-accum dtype wider than the
     model's widens that partition (`_build_compact_grad_partition_buffer`)."""
     accum = DTYPE_BYTES.get(zero.grad_accum_dtype or "", e)
@@ -709,7 +706,7 @@ def compare_options(
     *,
     hardware: HardwareProfile | None = None,
     base: ZeroSettings | None = None,
-    safety_margin: float = DEFAULT_MARGIN,
+    safety_margin: float = SAFETY_MARGIN,
 ) -> list[OffloadRow]:
     """Estimates for every OFFLOAD_OPTIONS row; other knobs from `base` (DeepSpeed's defaults),
     with `overlap_comm` at DeepSpeed's per-stage default (on at stage 3 only)."""

@@ -45,7 +45,7 @@ EMBEDDING_MODULES = 3
 
 def hooked_modules(model: ModelSpec, layer: LayerSpec) -> int:
     """torch modules of one layer whose stage-3 hooks run in each pass. Sparse-MoE blocks are
-    DeepSpeed leaf modules by default (one hook for the whole expert set: DEEPSPEED_FACTS §4.2)."""
+    DeepSpeed leaf modules by default (one hook for the whole expert set: docs/deepspeed-facts.md §4.2)."""
     if layer.kind == "embedding":
         return EMBEDDING_MODULES
     if layer.kind in ("norm", "head"):

@@ -7,14 +7,18 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from rich import box
-from rich.console import Group
+from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
 from zerotune.model.memory import MemoryBreakdown, OffloadRow
-from zerotune.units import fmt_gib
+from zerotune.units import fmt_bytes, fmt_gib
+
+if TYPE_CHECKING:
+    from zerotune.job import Job
 
 # breakdown field, column/legend label, colour, name in a breakdown table's rows
 PARTS: tuple[tuple[str, str, str, str], ...] = (
@@ -149,3 +153,34 @@ def memory_chart(rows: Sequence[OffloadRow], *, capacity: int | None = None, wid
     if capacity:
         parts.append(Text(f"| = GPU capacity {fmt_gib(capacity)}", style="dim"))
     return Group(*parts)
+
+
+def report(out: Console, job: Job, rows: Sequence[OffloadRow], fits: Sequence[bool | None]) -> None:
+    """`zerotune memory`'s text report: the table, the chart and the model's assumptions."""
+    from rich.markup import escape
+
+    from zerotune.model.activations import ASSUMPTIONS
+    from zerotune.units import fmt_count
+
+    spec, hw, w = job.spec, job.hardware, job.workload
+    capacity = hw.gpu.memory_bytes if hw.has_gpus and hw.gpu else None
+    gpu = hw.gpu.name if hw.has_gpus and hw.gpu else "no GPU"
+    title = (
+        f"{spec.name} ({fmt_count(spec.params)} params) on {w.nodes}×{w.gpus_per_node} "
+        f"{'GPUs' if hw.has_gpus else 'CPU ranks'} "
+        f"[{hw.name}: {gpu}, {fmt_bytes(capacity) if capacity else 'capacity n/a'}] · "
+        f"seq {w.seq_len} × micro-batch {w.micro_batch}"
+        + (f" × accumulation {w.grad_accum}" if w.grad_accum > 1 else "")
+        + f", {w.precision}, {w.optimizer}, "
+        f"{'' if w.activation_checkpointing else 'no '}activation checkpointing"
+        + (", checkpoints in host memory" if w.checkpoint_in_cpu and w.activation_checkpointing else "")
+    )
+    out.print(memory_table(rows, title=escape(title), margin=job.margin, fits=list(fits)))
+    out.print(memory_chart(rows, capacity=capacity, width=max(20, min(60, out.width - 40))))
+    seen: set[str] = {ASSUMPTIONS}
+    out.print(f"note: {ASSUMPTIONS}", markup=False, style="dim")
+    for row in rows:
+        for note in row.estimate.notes:
+            if note not in seen:
+                seen.add(note)
+                out.print(f"note: {note}", markup=False, style="dim")

@@ -6,13 +6,20 @@ can go into a terminal, a sidecar explanation file or a test assertion alike.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from rich import box
+from rich.console import Console
 from rich.table import Table
 
 from zerotune.model.memory import MemoryEstimate
 from zerotune.model.step import StepEstimate
 from zerotune.render.memory import PARTS
 from zerotune.units import fmt_bytes, fmt_seconds
+
+if TYPE_CHECKING:
+    from zerotune.job import Job
+    from zerotune.model.fit import Verdict
 
 # one character per kind of work, on the row of the stream that runs it
 _GLYPH = {
@@ -132,3 +139,98 @@ def timeline_text(estimate: StepEstimate, width: int = 100, *, max_listed: int =
     if len(comm) > max_listed:
         lines.append(f"  ... {len(comm) - max_listed} more collectives")
     return "\n".join(lines)
+
+
+def verdict_lines(verdict: Verdict) -> list[str]:
+    """The fit verdict in words: what failed, or what could not be checked (one line each)."""
+    m = f"x (1 + {verdict.margin:.0%} margin)"
+    lines = []
+    if verdict.reason == "gpu":
+        lines.append(
+            f"does NOT fit: {fmt_bytes(verdict.rank_bytes)} per GPU {m} exceeds {fmt_bytes(verdict.rank_capacity_bytes)}"
+        )
+    elif verdict.reason == "rank":
+        lines.append(
+            f"does NOT fit: {fmt_bytes(verdict.rank_bytes)} per rank {m} exceeds "
+            f"{fmt_bytes(verdict.rank_capacity_bytes)} ({verdict.rank_capacity})"
+        )
+    elif verdict.reason == "host":
+        lines.append(
+            f"does NOT fit: offload needs {fmt_bytes(verdict.host_bytes)} of host RAM per node {m} vs "
+            f"{fmt_bytes(verdict.host_capacity_bytes)}"
+        )
+    elif verdict.rank_capacity != "GPU memory" and verdict.rank_capacity_bytes is not None:
+        lines.append(
+            f"a host without GPUs: rank memory is host RAM, {fmt_bytes(verdict.rank_capacity_bytes)} per rank "
+            f"({verdict.rank_capacity})"
+        )
+    return lines + list(verdict.assumptions)
+
+
+def header(job: Job) -> str:
+    """Three short lines: readable at 80 columns, each fact whole on one line."""
+    from zerotune.units import fmt_count
+
+    spec, w, z = job.spec, job.workload, job.resolved.zero
+    return (
+        f"{spec.name} ({fmt_count(spec.params)} params) · {w.nodes}x{w.gpus_per_node} ranks on {job.hardware.name}\n"
+        f"ZeRO stage {z.stage}, {w.precision}, overlap_comm {z.overlap_comm}, "
+        f"reduce_bucket {fmt_count(z.reduce_bucket_size)}\n"
+        f"seq {w.seq_len} x micro-batch {w.micro_batch} x accumulation {w.grad_accum} · "
+        f"activation checkpointing {'on' if w.activation_checkpointing else 'off'}"
+        + (", checkpoints in host memory" if w.activation_checkpointing and w.checkpoint_in_cpu else "")
+    )
+
+
+def report(out: Console, job: Job, memory: MemoryEstimate, estimate: StepEstimate, verdict: Verdict, width: int | None) -> None:
+    """`zerotune predict`'s text report."""
+    from rich.markup import escape
+
+    out.print(escape(header(job)), soft_wrap=True)
+    out.print(memory_breakdown_table(memory, title=f"memory per GPU, fits with a {verdict.margin:.0%} margin?"))
+    for line in verdict_lines(verdict):
+        out.print(line, markup=False, style="bold" if line.startswith("does NOT") else None)
+    out.print(step_table(estimate, title="one optimizer step"))
+    if estimate.collectives:
+        out.print(collectives_table(estimate))
+    width = width or max(40, min(100, out.width - 12))
+    out.print(timeline_text(estimate, width), markup=False, highlight=False, soft_wrap=True)
+    for note in (*memory.notes, *estimate.notes):
+        out.print(f"note: {note}", markup=False, style="dim")
+
+
+def payload(job: Job, memory: MemoryEstimate, estimate: StepEstimate, verdict: Verdict) -> dict[str, Any]:
+    """The --json document of predict (also what scripts read)."""
+    from dataclasses import asdict
+
+    from zerotune.model.step import step_summary
+
+    b = memory.per_gpu
+    return {
+        "model": {"name": job.spec.name, "params": job.spec.params},
+        "profile": job.hardware.name,
+        "workload": job.workload.model_dump() | {"world_size": job.workload.world_size},
+        "zero": job.resolved.zero.model_dump(mode="json"),
+        **step_summary(estimate),
+        "memory": {
+            "per_gpu_bytes": b.total,
+            "fits": verdict.fits,
+            "fit": {"reason": verdict.reason, "assumptions": list(verdict.assumptions)},
+            "safety_margin": verdict.margin,
+            "gpu_capacity_bytes": memory.gpu_capacity_bytes,
+            "headroom_bytes": verdict.headroom_bytes,
+            "cpu_bytes_per_node": memory.cpu_bytes_per_node,
+            "nvme_bytes_per_node": memory.nvme_bytes_per_node,
+            "breakdown": asdict(b),
+        },
+        "collectives": [
+            {"op": c.op, "bytes": c.bytes, "count": c.count, "seconds_per_call": c.seconds,
+             "total_s": c.total_s, "phase": c.phase}
+            for c in estimate.collectives
+        ],  # fmt: skip
+        "events": [
+            {"stream": e.stream, "label": e.label, "start_s": e.start_s, "end_s": e.end_s, "kind": e.kind}
+            for e in estimate.events
+        ],
+        "notes": [*memory.notes, *estimate.notes],
+    }

@@ -169,7 +169,7 @@ class OverheadSpec(_Strict):
     )
     origin: Literal["calibrate", "published"] | None = Field(
         None,
-        description="who fitted the values: `zerotune calibrate` on this host, or scripts/fit_published.py "
+        description="who fitted the values: `zerotune calibrate` on this host, or scripts/evidence/fit_published.py "
         "on the published suite (a catalog profile); null = cited or unknown",
     )
     source: str | None = None

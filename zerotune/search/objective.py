@@ -18,7 +18,11 @@ digits, contiguous_gradients on before off, lower per-GPU memory, then the candi
 
 from __future__ import annotations
 
-from typing import Literal, get_args
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Literal, get_args
+
+if TYPE_CHECKING:  # rank_key only sorts evaluations; evaluate.py imports nothing from here
+    from zerotune.search.evaluate import Evaluation
 
 Objective = Literal["throughput", "memory", "cost"]
 OBJECTIVES: tuple[str, ...] = get_args(Objective)
@@ -26,7 +30,7 @@ OBJECTIVES: tuple[str, ...] = get_args(Objective)
 TIE_BAND = 0.052
 """Predicted throughputs closer than this share are a tie. It is the model's measured ranking
 resolution: the largest predicted gap between two alternatives for the same job that the calibrated
-model orders wrong although their noise-aware measurements are distinguishable (scripts/accuracy.py,
+model orders wrong although their noise-aware measurements are distinguishable (scripts/evidence/accuracy.py,
 17 held-out DeepSpeed configs in 3 jobs on the CPU testbed). The three valid held-out runs re-analysed
 with this model (`--load`, 2026-11-23 18:52, 19:14, 19:42) give 5.2%, 1.9% and 8.3%; this is their
 median. Closer predictions do not order configurations, so the simpler one wins (rank.py)."""
@@ -67,3 +71,58 @@ def cost_per_billion_tokens(tokens_per_s: float, hourly_rate_usd: float) -> floa
 def quantize(x: float, digits: int = 4) -> float:
     """`x` rounded to `digits` significant digits, so float noise never decides a ranking."""
     return float(f"{x:.{digits}g}")
+
+
+def rank_key(objective: Objective, best_tps: float, rate: float | None) -> Callable[[Evaluation], tuple]:
+    """Sort key for fitting evaluations under `objective` (objective.py documents the rules).
+
+    Throughput and cost: within TIE_BAND of `best_tps` the simplest configuration (LADDER rung) comes
+    first. Among equal throughputs, contiguous_gradients on (DeepSpeed's default) comes before off: the
+    step model cannot see its benefit (no scattered-gradient copies or fragmentation), so "off"
+    should win only where "on" does not fit.
+    """
+    if objective == "memory":
+        floor = best_tps * (1 - MEMORY_TOLERANCE)
+
+        def key(ev: Evaluation) -> tuple:
+            eligible = ev.tokens_per_s >= floor
+            return (
+                not eligible,
+                ev.per_gpu_bytes if eligible else 0,
+                -quantize(ev.tokens_per_s),
+                ev.per_gpu_bytes,
+                ev.candidate,
+            )
+
+        return key
+    tie_floor = best_tps * (1 - TIE_BAND)
+
+    def rung(ev: Evaluation) -> tuple[bool, int]:
+        c = ev.candidate
+        tied = ev.tokens_per_s >= tie_floor
+        return (not tied, simplicity(c.stage, c.offload_optimizer, c.offload_param) if tied else 0)
+
+    if objective == "cost":
+
+        def key(ev: Evaluation) -> tuple:
+            cost = cost_per_billion_tokens(ev.tokens_per_s, rate or 0.0)
+            return (
+                *rung(ev),
+                quantize(cost),
+                not ev.candidate.contiguous_gradients,
+                ev.per_gpu_bytes,
+                ev.candidate,
+            )
+
+        return key
+
+    def key(ev: Evaluation) -> tuple:
+        return (
+            *rung(ev),
+            -quantize(ev.tokens_per_s),
+            not ev.candidate.contiguous_gradients,
+            ev.per_gpu_bytes,
+            ev.candidate,
+        )
+
+    return key

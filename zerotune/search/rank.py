@@ -28,35 +28,39 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from zerotune.errors import InputError
+from zerotune.model.fit import SAFETY_MARGIN
 from zerotune.schema.hardware import HardwareProfile
 from zerotune.schema.model import ModelSpec
 from zerotune.schema.workload import Precision, Workload
+from zerotune.search.candidate import Candidate
+from zerotune.search.evaluate import Evaluation, Evaluator, MemoryFn, StepFn
 from zerotune.search.objective import (
-    MEMORY_TOLERANCE,
     OBJECTIVES,
-    TIE_BAND,
     Objective,
     cost_per_billion_tokens,
-    quantize,
-    simplicity,
+    rank_key,
 )
 from zerotune.search.space import (
     DEFAULT_GLOBAL_BATCH_TOKENS,
     FINETUNE_GLOBAL_BATCH_SEQUENCES,
     STAGE3_KNOBS,
-    Candidate,
     Space,
     choose_precision,
-    workload_for,
 )
 
-SAFETY_MARGIN = 0.10
-"""A candidate fits when predicted peak x (1 + margin) <= GPU memory: the margin covers
-allocator fragmentation spikes and model error (the memory model's own overhead term is
-already inside the prediction)."""
+__all__ = [  # Evaluation lives in evaluate.py; the CLI imports it from here
+    "SAFETY_MARGIN",
+    "Evaluation",
+    "Evaluator",
+    "SearchRequest",
+    "SearchResult",
+    "base_workload",
+    "default_global_batch_tokens",
+    "rank_key",
+    "search",
+]
 
 SCREEN_SPLITS = 2
 """Micro-batches screened per (stage, offload, checkpointing): the largest ones that fit."""
@@ -73,10 +77,6 @@ DESCENT_SEEDS = 2
 DESCENT_WINDOW = 0.10
 """... when their throughput is within this share of the best so far (the secondary knobs move
 the step time by a few percent, not by tens)."""
-
-MemoryFn = Callable[..., Any]
-StepFn = Callable[..., Any]
-
 
 @dataclass(frozen=True)
 class SearchRequest:
@@ -113,33 +113,6 @@ class SearchRequest:
             )
         if self.hourly_rate_usd is not None and self.hourly_rate_usd <= 0:
             raise InputError(f"--hourly-rate must be positive, got {self.hourly_rate_usd}")
-
-
-@dataclass(frozen=True, slots=True)
-class Evaluation:
-    """One candidate, judged."""
-
-    candidate: Candidate
-    memory: Any
-    """MemoryEstimate (zerotune.model.memory)"""
-    step: Any | None
-    """StepEstimate (zerotune.model.step); None when pruned by memory"""
-    reject: str | None
-    """why it was pruned (judge_fit): "gpu" (GPU memory), "rank" (a CPU host's RAM share per rank) or
-    "host" (CPU RAM for offload); None when it fits"""
-    per_gpu_bytes: int
-    tokens_per_s: float
-    step_time_s: float
-
-    @classmethod
-    def of(cls, candidate: Candidate, memory: Any, step: Any | None, reject: str | None) -> Evaluation:
-        if step is None:
-            return cls(candidate, memory, None, reject, memory.per_gpu.total, 0.0, float("inf"))
-        return cls(candidate, memory, step, reject, memory.per_gpu.total, step.tokens_per_s, step.step_time_s)
-
-    @property
-    def fits(self) -> bool:
-        return self.reject is None
 
 
 @dataclass
@@ -204,44 +177,6 @@ def default_global_batch_tokens(task: str, seq_len: int) -> int:
     return FINETUNE_GLOBAL_BATCH_SEQUENCES * seq_len if task == "finetune" else DEFAULT_GLOBAL_BATCH_TOKENS
 
 
-def host_rank_capacity(hardware: HardwareProfile, ranks: int) -> tuple[int | None, str]:
-    """On a host without GPUs every rank's memory *is* host RAM: the bytes one of `ranks` ranks may
-    use (the RAM that was free when the host was probed, else the installed RAM, shared evenly) and
-    a phrase saying which. (None, why) when the profile records neither."""
-    host = hardware.host
-    if host.ram_available_bytes:
-        return host.ram_available_bytes // max(ranks, 1), f"available host RAM / {ranks} ranks"
-    if host.ram_bytes:
-        return host.ram_bytes // max(ranks, 1), f"host RAM / {ranks} ranks"
-    return None, "the profile records no host RAM"
-
-
-def judge_fit(memory: Any, hardware: HardwareProfile, ranks_per_node: int, margin: float) -> str | None:
-    """Why a memory estimate does not fit, or None when it fits: "gpu" (GPU memory x (1 + margin)),
-    "rank" (a CPU host: rank memory x (1 + margin) over its share of host RAM) or "host" (offload
-    buffers x (1 + margin) over the node's RAM). One rule for recommend and predict."""
-    if memory.fits is False:
-        return "gpu"
-    if not hardware.has_gpus:
-        cap, _ = host_rank_capacity(hardware, ranks_per_node)
-        if cap is not None and memory.per_gpu.total * (1 + margin) > cap:
-            return "rank"
-    ram = hardware.host.ram_bytes
-    if ram and memory.cpu_bytes_per_node * (1 + margin) > ram:
-        return "host"
-    return None
-
-
-def fit_verdict(memory: Any, hardware: HardwareProfile, ranks_per_node: int, margin: float) -> bool | None:
-    """judge_fit as a yes/no, or None when there is nothing to judge against (no GPU memory size, or
-    a host without GPUs whose profile records no RAM)."""
-    if judge_fit(memory, hardware, ranks_per_node, margin) is not None:
-        return False
-    if hardware.has_gpus:
-        return memory.fits
-    return None if host_rank_capacity(hardware, ranks_per_node)[0] is None else True
-
-
 def _default_memory_fn() -> MemoryFn:
     from zerotune.model.memory import estimate_memory
 
@@ -271,140 +206,6 @@ def base_workload(hardware: HardwareProfile, request: SearchRequest) -> Workload
         gpus_per_node=per_node,
         nodes=nodes,
     )
-
-
-class Evaluator:
-    """Memoised evaluation: memory per candidate, step time per `Space.time_key`."""
-
-    def __init__(
-        self,
-        model: ModelSpec,
-        hardware: HardwareProfile,
-        base: Workload,
-        space: Space,
-        safety_margin: float,
-        memory_fn: MemoryFn,
-        step_fn: StepFn,
-    ):
-        self.model, self.hardware, self.base, self.space = model, hardware, base, space
-        self.margin = safety_margin
-        self.memory_fn, self.step_fn = memory_fn, step_fn
-        self.cache: dict[Candidate, Evaluation] = {}
-        self.steps: dict[tuple, Any] = {}
-        self.memories: dict[tuple, tuple[Any, str | None]] = {}
-        self._workloads: dict[tuple, Workload] = {}
-        self._zeros: dict[tuple, Any] = {}
-
-    def _inputs(self, cand: Candidate) -> tuple[Workload, Any]:
-        wkey = (cand.micro_batch, cand.grad_accum, cand.checkpointing, cand.precision)
-        workload = self._workloads.get(wkey)
-        if workload is None:
-            workload = self._workloads[wkey] = workload_for(self.base, cand)
-        zkey = cand.zero_key
-        zero = self._zeros.get(zkey)
-        if zero is None:
-            zero = self._zeros[zkey] = cand.zero_settings()
-        return workload, zero
-
-    def check(self, cand: Candidate) -> Evaluation:
-        """Memory only (the step time is left for `__call__`)."""
-        hit = self.cache.get(cand)
-        if hit is not None:
-            return hit
-        mkey = self.space.memory_key(cand)
-        known = self.memories.get(mkey)
-        if known is None:
-            workload, zero = self._inputs(cand)
-            memory = self.memory_fn(
-                self.model, workload, zero, hardware=self.hardware, safety_margin=self.margin
-            )
-            reject = judge_fit(memory, self.hardware, self.base.gpus_per_node, self.margin)
-            known = self.memories[mkey] = (memory, reject)
-        memory, reject = known
-        ev = Evaluation.of(cand, memory, None, reject)
-        self.cache[cand] = ev
-        return ev
-
-    def unconstrained(self, cand: Candidate) -> Evaluation:
-        """Memory and step time even when it does not fit: the counterfactual "how fast would
-        it be" behind a memory-bound explanation. Not stored with the ranked evaluations."""
-        ev = self.check(cand)
-        if ev.step is not None:
-            return ev
-        return Evaluation.of(cand, ev.memory, self._step(cand), ev.reject)
-
-    def __call__(self, cand: Candidate) -> Evaluation:
-        """Memory and, when it fits, the step time."""
-        ev = self.check(cand)
-        if not ev.fits or ev.step is not None:
-            return ev
-        ev = Evaluation.of(cand, ev.memory, self._step(cand), None)
-        self.cache[cand] = ev
-        return ev
-
-    def _step(self, cand: Candidate) -> Any:
-        """The step-time prediction, shared by every candidate with the same time_key."""
-        tkey = self.space.time_key(cand)
-        step = self.steps.get(tkey)
-        if step is None:
-            workload, zero = self._inputs(cand)
-            step = self.steps[tkey] = self.step_fn(self.model, workload, zero, self.hardware)
-        return step
-
-
-def rank_key(objective: Objective, best_tps: float, rate: float | None) -> Callable[[Evaluation], tuple]:
-    """Sort key for fitting evaluations under `objective` (objective.py documents the rules).
-
-    Throughput and cost: within TIE_BAND of `best_tps` the simplest configuration (LADDER rung) comes
-    first. Among equal throughputs, contiguous_gradients on (DeepSpeed's default) comes before off: the
-    step model cannot see its benefit (no scattered-gradient copies or fragmentation), so "off"
-    should win only where "on" does not fit.
-    """
-    if objective == "memory":
-        floor = best_tps * (1 - MEMORY_TOLERANCE)
-
-        def key(ev: Evaluation) -> tuple:
-            eligible = ev.tokens_per_s >= floor
-            return (
-                not eligible,
-                ev.per_gpu_bytes if eligible else 0,
-                -quantize(ev.tokens_per_s),
-                ev.per_gpu_bytes,
-                ev.candidate,
-            )
-
-        return key
-    tie_floor = best_tps * (1 - TIE_BAND)
-
-    def rung(ev: Evaluation) -> tuple[bool, int]:
-        c = ev.candidate
-        tied = ev.tokens_per_s >= tie_floor
-        return (not tied, simplicity(c.stage, c.offload_optimizer, c.offload_param) if tied else 0)
-
-    if objective == "cost":
-
-        def key(ev: Evaluation) -> tuple:
-            cost = cost_per_billion_tokens(ev.tokens_per_s, rate or 0.0)
-            return (
-                *rung(ev),
-                quantize(cost),
-                not ev.candidate.contiguous_gradients,
-                ev.per_gpu_bytes,
-                ev.candidate,
-            )
-
-        return key
-
-    def key(ev: Evaluation) -> tuple:
-        return (
-            *rung(ev),
-            -quantize(ev.tokens_per_s),
-            not ev.candidate.contiguous_gradients,
-            ev.per_gpu_bytes,
-            ev.candidate,
-        )
-
-    return key
 
 
 def search(

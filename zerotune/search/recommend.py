@@ -6,13 +6,12 @@ the result and writes the files; everything a test wants to check is on `Recomme
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from zerotune.dsconfig.emit import (
     HF_AUTO_PATHS,
     HF_HIDDEN_SIZE_PATHS,
-    ZERO_KEYS,
     emit_config,
     get_path,
     has_path,
@@ -20,7 +19,7 @@ from zerotune.dsconfig.emit import (
 )
 from zerotune.dsconfig.hf_auto import BASELINES, hf_hidden_size_values
 from zerotune.errors import InputError
-from zerotune.model.step import step_summary
+from zerotune.model.fit import host_rank_capacity
 from zerotune.schema.hardware import HardwareProfile
 from zerotune.schema.model import ModelSpec
 from zerotune.search.explain import Explanation, explain, group_label, predicted_line, signed_pct
@@ -28,14 +27,15 @@ from zerotune.search.rank import (
     Evaluation,
     SearchRequest,
     SearchResult,
-    fit_verdict,
-    host_rank_capacity,
     search,
 )
-from zerotune.search.space import STAGE3_KNOBS, workload_for
+from zerotune.search.report import (  # noqa: F401 (re-exported: the CLI imports to_json from here)
+    JSON_SCHEMA_VERSION,
+    candidate_summary,
+    to_json,
+)
+from zerotune.search.space import workload_for
 from zerotune.units import fmt_gib
-
-JSON_SCHEMA_VERSION = 1
 
 # HF TrainingArguments each "auto" key is filled from (transformers integrations/deepspeed.py).
 HF_ARGS = {
@@ -339,87 +339,3 @@ def recommend(
         hf_keep_tuned=hf_keep_tuned,
         written=written,
     )
-
-
-def candidate_summary(ev: Evaluation) -> dict[str, Any]:
-    c = ev.candidate
-    return {
-        "stage": c.stage,
-        "offload_optimizer": c.offload_optimizer,
-        "offload_param": c.offload_param,
-        "label": group_label((c.stage, c.offload_optimizer, c.offload_param)),
-        "micro_batch": c.micro_batch,
-        "grad_accum": c.grad_accum,
-        "activation_checkpointing": c.checkpointing,
-        "precision": c.precision,
-        "reduce_bucket_size": c.reduce_bucket_size,
-        "overlap_comm": c.overlap_comm,
-        "contiguous_gradients": c.contiguous_gradients,
-        **({ZERO_KEYS[knob]: getattr(c, knob) for knob in STAGE3_KNOBS} if c.stage == 3 else {}),
-        "per_gpu_bytes": ev.per_gpu_bytes,
-        "fits": ev.fits,
-        "step_time_s": ev.step_time_s if ev.step is not None else None,
-        "tokens_per_s": ev.tokens_per_s if ev.step is not None else None,
-    }
-
-
-def to_json(
-    rec: Recommendation, *, files: dict[str, str] | None = None, measured: list | None = None
-) -> dict:
-    """The `--json` document (schema_version 1)."""
-    r, best = rec.result, rec.as_run
-    step = rec.detail  # the as-run estimate predict also computes (detail=True sums in timeline order)
-    mem = best.memory
-    b = mem.per_gpu
-    s = r.stats
-    return {
-        "schema_version": JSON_SCHEMA_VERSION,
-        "model": {"name": r.model.name, "params": r.model.params},
-        "hardware": {
-            "name": r.hardware.name,
-            "origin": r.hardware.origin,
-            "nodes": r.workload.nodes,
-            "gpus_per_node": r.workload.gpus_per_node,
-            "world_size": r.workload.world_size,
-        },
-        "request": {
-            "seq_len": r.request.seq_len,
-            "global_batch_tokens": r.request.global_batch_tokens,
-            "objective": r.request.objective,
-            "task": r.request.task,
-            "safety_margin": r.request.safety_margin,
-            "hourly_rate_usd": r.hourly_rate_usd,
-            "hf": rec.hf,
-        },
-        **({"training_arguments": rec.training_arguments} if rec.hf else {}),
-        "config": rec.config,
-        "reasons": rec.reasons,
-        "summary": list(rec.explanation.summary),
-        "binding_constraint": {"kind": rec.explanation.binding, "detail": rec.explanation.binding_detail},
-        "activation_checkpointing": best.candidate.checkpointing,
-        "predicted": {
-            **step_summary(step),
-            "usd_per_billion_tokens": r.cost(best),
-            "memory": {
-                "per_gpu_bytes": b.total,
-                "fits": fit_verdict(mem, r.hardware, r.workload.gpus_per_node, r.request.safety_margin),
-                "gpu_capacity_bytes": mem.gpu_capacity_bytes,
-                "cpu_bytes_per_node": mem.cpu_bytes_per_node,
-                "nvme_bytes_per_node": mem.nvme_bytes_per_node,
-                "breakdown": asdict(b),
-            },
-        },
-        "top": [candidate_summary(ev) for ev in rec.top],
-        "comparison": [{"name": bl.name, **candidate_summary(bl.evaluation)} for bl in rec.baselines],
-        "search": {
-            "candidates": s.candidates,
-            "pruned_by_memory": s.pruned,
-            "screened_out": s.screened_out,
-            "predicted": s.predicted,
-            "memory_estimates": s.memory_estimates,
-            "step_predictions": s.step_predictions,
-            "wall_s": s.wall_s,
-        },
-        "files": files or {},
-        **({"measured": measured} if measured is not None else {}),
-    }

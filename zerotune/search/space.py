@@ -1,47 +1,48 @@
-"""The candidate space: every knob of a ZeRO configuration the search tries, on grids refined
-around the model's layer sizes and the hardware's measured bandwidth curve.
+"""The candidate space: which candidates the search tries, in which phases.
 
-A `Candidate` is one point: stage x offload x batch split x activation checkpointing x the
-communication knobs. Grids are small, log-spaced and anchored on evidence:
+A `Candidate` (search/candidate.py) is one point: stage x offload x batch split x activation
+checkpointing x the communication knobs. The knob grids come from the knob table (dsconfig/knobs.py,
+evaluated by search/grids.py); this module adds the choices that are not zero_optimization keys:
 
-- bucket sizes (reduce, stage-3 prefetch) around 1/2..4 transformer blocks' worth of elements
-  (seed 000, "Rule of Thumb for Bucket Sizing": ~2-3 layers' worth fires early enough to overlap
-  and is still large enough to saturate the link), plus the smallest message that reaches 90% of
-  the link's peak bus bandwidth (from the profile's curve or alpha-beta pair);
-- persistence thresholds at the distinct small tensor sizes of a block (norm weights, biases),
-  so each grid point changes which tensors are gathered;
+- stage x offload devices DeepSpeed supports (offload_choices);
 - micro-batch x gradient accumulation for a target number of tokens per optimizer step
   (--global-batch-tokens, default 2**21 ~ 2.1M tokens: seed 002 and the Llama/Chinchilla-era
-  recipes train at 1-4M tokens per step).
+  recipes train at 1-4M tokens per step);
+- precision (choose_precision).
 
-The enumeration is deterministic: grids are sorted tuples, candidates come out in a fixed order.
-Pure Python (no torch): the search evaluates tens of thousands of these per second.
+It also says which knob values DeepSpeed treats alike (memory_key, time_key), so the search memoises
+its models on them. The enumeration is deterministic: grids are sorted tuples, candidates come out in
+a fixed order. Pure Python (no torch): the search evaluates tens of thousands of these per second.
 """
 
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from functools import cached_property
 
-from zerotune.collectives import busbw_factor, interpolate_busbw
-from zerotune.dsconfig.settings import (
-    DS_ALLGATHER_BUCKET,
-    DS_MAX_LIVE,
-    DS_MAX_REUSE,
-    DS_PERSISTENCE,
-    DS_PREFETCH,
-    DS_REDUCE_BUCKET,
-    DS_SUB_GROUP,
-    STAGE3_KNOBS,  # noqa: F401 (re-exported: the knobs the search refines)
-    OffloadOptimizer,
-    OffloadParam,
-    ZeroSettings,
-)
-from zerotune.schema.hardware import CollectivePerf, HardwareProfile, LinkClass
+from zerotune.dsconfig.knobs import STAGE3_KNOBS
+from zerotune.dsconfig.settings import DS_ALLGATHER_BUCKET, DS_MAX_REUSE, DS_PERSISTENCE, DS_SUB_GROUP
+from zerotune.schema.hardware import HardwareProfile
 from zerotune.schema.model import ModelSpec
 from zerotune.schema.workload import Precision, Workload
+from zerotune.search.candidate import Candidate, OffloadChoice
+from zerotune.search.grids import Grids, build_grids
+
+__all__ = [  # Candidate and the grids moved out of this module; imported from here by older callers
+    "Candidate",
+    "Grids",
+    "OffloadChoice",
+    "STAGE3_KNOBS",
+    "Space",
+    "batch_splits",
+    "build_grids",
+    "choose_precision",
+    "offload_choices",
+    "workload_for",
+]
 
 DEFAULT_GLOBAL_BATCH_TOKENS = 2**21
 """Target tokens per optimizer step (2,097,152): the middle of the 1-4M range the seeds advise."""
@@ -49,270 +50,10 @@ FINETUNE_GLOBAL_BATCH_SEQUENCES = 64
 """--task finetune: sequences per optimizer step, Llama 2's supervised fine-tuning batch (arXiv
 2307.09288 §3.1: batch size 64)."""
 
-_ZERO_TEMPLATE = ZeroSettings()
-
-BUSBW_TARGET = 0.9
-"""A bucket should reach this share of the link's peak bus bandwidth."""
-
-OffloadChoice = tuple[str, str]
-"""(offload_optimizer device, offload_param device)."""
-
-_OFFLOAD_OPT = {d: OffloadOptimizer(device=d) for d in ("none", "cpu", "nvme")}
-_OFFLOAD_PAR = {d: OffloadParam(device=d) for d in ("none", "cpu", "nvme")}
-
-
-@dataclass(frozen=True, slots=True, order=True)
-class Candidate:
-    """One configuration the search evaluates. Sizes are elements (DeepSpeed's unit).
-
-    Field order is the deterministic tie-break order: lower stages, no offload, smaller
-    micro-batches first.
-    """
-
-    stage: int
-    offload_optimizer: str
-    offload_param: str
-    micro_batch: int
-    grad_accum: int
-    checkpointing: bool
-    precision: Precision
-    reduce_bucket_size: int = DS_REDUCE_BUCKET
-    allgather_bucket_size: int = DS_ALLGATHER_BUCKET
-    overlap_comm: bool = False
-    contiguous_gradients: bool = True
-    prefetch_bucket_size: int = DS_PREFETCH
-    param_persistence_threshold: int = DS_PERSISTENCE
-    max_live_parameters: int = DS_MAX_LIVE
-    max_reuse_distance: int = DS_MAX_REUSE
-    sub_group_size: int = DS_SUB_GROUP
-
-    @property
-    def offload(self) -> OffloadChoice:
-        return (self.offload_optimizer, self.offload_param)
-
-    @property
-    def macro(self) -> tuple:
-        """The memory-dominant choices; refinement happens within one macro."""
-        return (
-            self.stage,
-            self.offload_optimizer,
-            self.offload_param,
-            self.micro_batch,
-            self.grad_accum,
-            self.checkpointing,
-        )
-
-    def with_(self, **changes) -> Candidate:
-        """A copy with `changes` (dataclasses.replace is 3x slower; the search does this a lot)."""
-        values = [getattr(self, name) for name in _FIELD_NAMES]
-        for name, value in changes.items():
-            values[_FIELD_INDEX[name]] = value
-        return Candidate(*values)
-
-    @property
-    def zero_key(self) -> tuple:
-        """The fields that end up in zero_optimization (candidates sharing it share ZeroSettings)."""
-        return (
-            self.stage,
-            self.offload_optimizer,
-            self.offload_param,
-            self.reduce_bucket_size,
-            self.allgather_bucket_size,
-            self.overlap_comm,
-            self.contiguous_gradients,
-            self.prefetch_bucket_size,
-            self.param_persistence_threshold,
-            self.max_live_parameters,
-            self.max_reuse_distance,
-            self.sub_group_size,
-        )
-
-    def zero_settings(self) -> ZeroSettings:
-        """The ZeroSettings DeepSpeed would resolve from this candidate's emitted config.
-
-        A copy of a validated template (model_copy is ~10x cheaper than construction): every
-        value here comes from our own grids, and the search builds thousands of these.
-        """
-        return _ZERO_TEMPLATE.model_copy(
-            update={
-                "stage": self.stage,
-                "contiguous_gradients": self.contiguous_gradients,
-                "reduce_bucket_size": self.reduce_bucket_size,
-                "allgather_bucket_size": self.allgather_bucket_size,
-                "overlap_comm": self.overlap_comm,
-                "offload_optimizer": _OFFLOAD_OPT[self.offload_optimizer],
-                "offload_param": _OFFLOAD_PAR[self.offload_param],
-                "sub_group_size": self.sub_group_size,
-                "prefetch_bucket_size": self.prefetch_bucket_size,
-                "param_persistence_threshold": self.param_persistence_threshold,
-                "max_live_parameters": self.max_live_parameters,
-                "max_reuse_distance": self.max_reuse_distance,
-                "gather_16bit_weights_on_model_save": self.stage == 3,
-            }
-        )
-
-    def as_dict(self) -> dict:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
-
-
-_FIELD_NAMES = tuple(f.name for f in fields(Candidate))
-_FIELD_INDEX = {name: i for i, name in enumerate(_FIELD_NAMES)}
-
-# ---------------------------------------------------------------------------------------------
-# Evidence the grids are anchored on
-
-
-def collective_link(hardware: HardwareProfile) -> LinkClass | None:
-    """The link a data-parallel collective is bounded by: inter-node when there are several nodes."""
-    if hardware.nodes > 1 and hardware.inter_node is not None:
-        return hardware.inter_node
-    return hardware.intra_node
-
-
-def _bounding_perf(hardware: HardwareProfile, op: str) -> tuple[CollectivePerf, float] | None:
-    """`op`'s numbers on the bounding link (all_reduce's when it lacks them) and its busbw factor."""
-    link = collective_link(hardware)
-    if link is None:
-        return None
-    perf = link.collectives.get(op) or link.collectives.get("all_reduce")
-    if perf is None:
-        return None
-    n = max(2, link.ranks or hardware.world_size or 2)
-    return perf, busbw_factor(op if op in ("all_gather", "reduce_scatter", "all_reduce") else "all_reduce", n)
-
-
-def busbw_at(hardware: HardwareProfile, op: str, size_bytes: float) -> tuple[float, float] | None:
-    """(busbw at `size_bytes`, peak busbw) in B/s for `op` on the bounding link, or None.
-
-    Peak is the curve's maximum or the alpha-beta pair's busbw; at a size S the alpha-beta
-    model gives busbw_eff = S*f / (alpha + S*f/B) (collectives.py).
-    """
-    found = _bounding_perf(hardware, op)
-    if found is None:
-        return None
-    perf, f = found
-    if perf.curve:
-        peak = max(bw for _, bw in perf.curve)
-        return interpolate_busbw(perf.curve, size_bytes), peak
-    if perf.busbw_Bps is None:
-        return None
-    alpha = perf.alpha_s or 0.0
-    t = alpha + size_bytes * f / perf.busbw_Bps
-    return size_bytes * f / t, perf.busbw_Bps
-
-
-def saturating_bytes(hardware: HardwareProfile, op: str, target: float = BUSBW_TARGET) -> float | None:
-    """Smallest message (bytes, total array) reaching `target` x peak busbw, or None if unknown.
-
-    Curve: the first measured/interpolated size where busbw >= target*peak (searched on a
-    log grid of 2**(k/4) bytes from 1 KiB). Alpha-beta: S*f >= target/(1-target) * alpha * B.
-    """
-    found = _bounding_perf(hardware, op)
-    if found is None:
-        return None
-    perf, f = found
-    if perf.curve:
-        peak = max(bw for _, bw in perf.curve)
-        size = 2.0**10
-        while size < 2.0**36:
-            if interpolate_busbw(perf.curve, size) >= target * peak:
-                return size
-            size *= 2**0.25
-        return max(s for s, _ in perf.curve)
-    if perf.busbw_Bps is None or not perf.alpha_s:
-        return None
-    return target / (1 - target) * perf.alpha_s * perf.busbw_Bps / f
-
-
-def _log_points(lo: float, hi: float, per_decade: tuple[float, ...] = (1, 2, 5)) -> list[int]:
-    out = []
-    for exp in range(int(math.floor(math.log10(max(lo, 1)))), int(math.ceil(math.log10(max(hi, 1)))) + 1):
-        for m in per_decade:
-            v = m * 10**exp
-            if lo <= v <= hi:
-                out.append(int(v))
-    return out
-
-
-def _thin(values: list[int], limit: int, keep: tuple[int, ...] = ()) -> tuple[int, ...]:
-    """Sorted unique values, at most `limit`, picked evenly over the sorted list; `keep` always stays."""
-    uniq = sorted(set(v for v in values if v >= 0))
-    if len(uniq) <= limit:
-        return tuple(uniq)
-    kept = set(k for k in keep if k in uniq)
-    rest = [v for v in uniq if v not in kept]
-    slots = max(0, limit - len(kept))
-    if slots and rest:
-        step = (len(rest) - 1) / max(1, slots - 1) if slots > 1 else 0
-        picks = {rest[round(i * step)] for i in range(slots)} if slots > 1 else {rest[len(rest) // 2]}
-        kept |= picks
-    return tuple(sorted(kept))
-
 
 def _even(n: int) -> int:
     """allgather_bucket_size must be even (assert in stage_1_and_2.py)."""
     return n + (n % 2)
-
-
-@dataclass(frozen=True)
-class Grids:
-    """The value grids for one model x hardware x precision (see the module docstring)."""
-
-    reduce_bucket: tuple[int, ...]
-    prefetch_bucket: tuple[int, ...]
-    persistence: tuple[int, ...]
-    max_live: tuple[int, ...]
-    max_reuse: tuple[int, ...]
-    sub_group: tuple[int, ...]
-    saturating_elements: int | None
-    """elements of the smallest reduce-scatter message reaching 90% of peak busbw (None: unknown):
-    a stage-3 gradient bucket"""
-    saturating_allreduce_elements: int | None = None
-    """the same for all-reduce: a stage 1/2 gradient bucket (DeepSpeed 0.19.8 all-reduces it, see
-    model/comm.py)"""
-
-    def saturating_for(self, stage: int) -> int | None:
-        """Elements a gradient bucket of `stage` needs to reach 90% of peak busbw."""
-        return self.saturating_elements if stage == 3 else self.saturating_allreduce_elements
-
-
-def build_grids(model: ModelSpec, hardware: HardwareProfile, precision: Precision) -> Grids:
-    """Grids anchored on the model's block size and the profile's busbw curve."""
-    elem = 4 if precision == "fp32" else 2
-    block = model.block_params
-    total = model.params
-    # Gradient buckets are reduce-scattered at stage 3 but all-reduced at stage 1/2 (DeepSpeed 0.19.8's
-    # default use_multi_rank_bucket_allreduce, model/comm.py): the grid holds both saturating sizes.
-    sat_bytes = saturating_bytes(hardware, "reduce_scatter")
-    sat = int(sat_bytes / elem) if sat_bytes else None
-    sat_ar_bytes = saturating_bytes(hardware, "all_reduce")
-    sat_ar = int(sat_ar_bytes / elem) if sat_ar_bytes else None
-    lo, hi = max(1_000_000, block // 8), max(2_000_000, min(total, 1_000_000_000))
-    anchors = [int(block * k) for k in (0.5, 1, 2, 3, 4)]
-    sats = [v for v in (sat, sat_ar) if v]
-    reduce = [v for v in anchors + _log_points(lo, hi) + sats if lo <= v <= hi]
-    keep = tuple(v for v in (int(block), int(2 * block), *sats) if v and lo <= v <= hi)
-    reduce_grid = _thin(reduce, 8, keep)
-    prefetch = [int(block * k) for k in (0.25, 0.5, 1, 2)] + [DS_PREFETCH]
-    prefetch_grid = _thin([v for v in prefetch if v <= max(total, DS_PREFETCH)], 5)
-    # Persistence thresholds just at the distinct small tensor sizes of a block: each grid
-    # point flips a class of tensors (norm weights, biases) between gathered and persistent.
-    small = sorted({t for layer in model.blocks for t in layer.tensors if t <= 1_000_000})
-    persistence = [0, DS_PERSISTENCE] + small[:2] + [10 * model.hidden_size]
-    persistence_grid = _thin(persistence, 4, keep=(0, DS_PERSISTENCE))
-    max_live_grid = tuple(sorted({int(block), int(2 * block), int(4 * block), DS_MAX_LIVE}))
-    max_reuse_grid = tuple(sorted({0, int(block), DS_MAX_REUSE}))
-    sub_group_grid = tuple(sorted({100_000_000, DS_SUB_GROUP, 10 * DS_SUB_GROUP}))
-    return Grids(
-        reduce_bucket=reduce_grid,
-        prefetch_bucket=prefetch_grid,
-        persistence=persistence_grid,
-        max_live=max_live_grid,
-        max_reuse=max_reuse_grid,
-        sub_group=sub_group_grid,
-        saturating_elements=sat,
-        saturating_allreduce_elements=sat_ar,
-    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -415,9 +156,9 @@ class Space:
     def _starting_knobs(self) -> tuple[int, int, int]:
         g, block = self.grids, self.model.block_params
         return (
-            _nearest(g.reduce_bucket, 2 * block),
-            _nearest(g.prefetch_bucket, block),
-            _nearest(g.max_live, 2 * block),
+            _nearest(g["reduce_bucket_size"], 2 * block),
+            _nearest(g["prefetch_bucket_size"], block),
+            _nearest(g["max_live_parameters"], 2 * block),
         )
 
     def representative(self, base: Candidate) -> Candidate:
@@ -452,13 +193,14 @@ class Space:
             return [base]
         rep = self.representative(base)
         out = []
-        for rb in self.grids.reduce_bucket:
-            for overlap in (True, False):
-                for contig in (True, False):
+        g = self.grids
+        for rb in g["reduce_bucket_size"]:
+            for overlap in g["overlap_comm"]:
+                for contig in g["contiguous_gradients"]:
                     if base.offload_optimizer != "none" and base.stage < 3 and not contig:
                         continue  # forced True under offload at stage 1/2 (§2.3)
                     # allgather_bucket_size is unused by DeepSpeed 0.19.8 on torch >= 1.13
-                    # (all_gather_into_tensor, DEEPSPEED_FACTS §4.1): not searched, kept equal
+                    # (all_gather_into_tensor, docs/deepspeed-facts.md §4.1): not searched, kept equal
                     # to the reduce bucket (even) for older torch.
                     out.append(
                         rep.with_(
@@ -491,38 +233,11 @@ class Space:
         """Phase 2: the stage-3 secondary knobs in full around one promising candidate."""
         if seed.stage != 3:
             return []
-        g = self.grids
-        head = (
-            seed.stage,
-            seed.offload_optimizer,
-            seed.offload_param,
-            seed.micro_batch,
-            seed.grad_accum,
-            seed.checkpointing,
-            seed.precision,
-            seed.reduce_bucket_size,
-            seed.allgather_bucket_size,
-            seed.overlap_comm,
-            seed.contiguous_gradients,
-        )
-        return [
-            Candidate(*head, pf, pt, ml, rd, sg)
-            for pf in g.prefetch_bucket
-            for pt in g.persistence
-            for ml in g.max_live
-            for rd in g.max_reuse
-            for sg in g.sub_group
-        ]
+        grids = [self.grids[field] for field in STAGE3_KNOBS]
+        return [seed.with_(**dict(zip(STAGE3_KNOBS, values, strict=True))) for values in itertools.product(*grids)]
 
     def secondary_grid(self, field: str) -> tuple[int, ...]:
-        g = self.grids
-        return {
-            "prefetch_bucket_size": g.prefetch_bucket,
-            "param_persistence_threshold": g.persistence,
-            "max_live_parameters": g.max_live,
-            "max_reuse_distance": g.max_reuse,
-            "sub_group_size": g.sub_group,
-        }[field]
+        return self.grids[field]
 
     @cached_property
     def _tensor_sizes(self) -> tuple[int, ...]:

@@ -1,4 +1,4 @@
-"""ZT1xx: the batch-size triple (DEEPSPEED_FACTS §3.1, deepspeed/runtime/config.py `_configure_train_batch_size`).
+"""ZT1xx: the batch-size triple (docs/deepspeed-facts.md §3.1, deepspeed/runtime/config.py `_configure_train_batch_size`).
 
 DeepSpeed reads the three keys with dict.get and no conversion, infers the missing members with floor
 division, then asserts train_batch_size == train_micro_batch_size_per_gpu × gradient_accumulation_steps ×
@@ -8,7 +8,6 @@ and a float takes part in the arithmetic as it is (a micro batch of 1.5 passes t
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 
 from zerotune.dsconfig import schema
@@ -27,12 +26,7 @@ def _present(ctx: Context, key: str) -> bool:
 
 def _value(ctx: Context, key: str) -> int | float | None:
     """The number DeepSpeed computes with (a boolean is 0 or 1 there), or None for a non-number."""
-    value = ctx.config.get(key)
-    if isinstance(value, bool):
-        return int(value)
-    if isinstance(value, int) or isinstance(value, float) and math.isfinite(value):
-        return value
-    return None
+    return schema.loose_number(ctx.config.get(key))
 
 
 def _numbers(ctx: Context) -> dict[str, float] | None:

@@ -1,38 +1,25 @@
-"""ZT8xx: Hugging Face "auto" values and saving (DEEPSPEED_FACTS §6; transformers integrations/deepspeed.py).
+"""ZT8xx: Hugging Face "auto" values and saving (docs/deepspeed-facts.md §6; transformers integrations/deepspeed.py).
 
 HF's HfTrainerDeepSpeedConfig replaces "auto" with TrainingArguments/model values for a fixed list of keys
-(schema.HF_AUTO_KEYS) and never inserts a missing key. Anything else left as "auto" reaches DeepSpeed: inside
+(dsconfig/hf_auto.py HF_AUTO_KEYS) and never inserts a missing key. Anything else left as "auto" reaches DeepSpeed: inside
 pydantic sections it is dropped (the default applies), at the top level it is passed on as a string.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
-from zerotune.dsconfig import schema
-from zerotune.dsconfig.load import escape
+from zerotune.dsconfig import hf_auto, schema
 from zerotune.lint.context import Context
 from zerotune.lint.diagnostic import Diagnostic, Severity
 from zerotune.lint.rule import Rule
-
-
-def _autos(value: Any, pointer: str = "") -> Iterator[str]:
-    if isinstance(value, dict):
-        for key, child in value.items():
-            yield from _autos(child, f"{pointer}/{escape(key)}")
-    elif isinstance(value, list):
-        for i, child in enumerate(value):
-            yield from _autos(child, f"{pointer}/{i}")
-    elif schema.is_auto(value):
-        yield pointer
 
 
 def _all_autos(ctx: Context) -> list[str]:
     """Pointers of every "auto" in the config, walked once per file for the three rules below."""
     memo = ctx.memo.get("autos")
     if memo is None:
-        memo = ctx.memo["autos"] = [p for p in _autos(ctx.config) if not _unread(ctx, p)]
+        memo = ctx.memo["autos"] = [p for p in hf_auto.auto_pointers(ctx.config) if not _unread(ctx, p)]
     return memo
 
 
@@ -47,12 +34,9 @@ def _unread(ctx: Context, pointer: str) -> bool:
 
 def _filled(ctx: Context, pointer: str) -> bool:
     """Would HF replace this "auto"? (stage-3-only keys only when stage == 3)."""
-    cond = schema.HF_AUTO_KEYS.get(pointer)
-    if cond is None and pointer.startswith("/zero_optimization/"):
-        cond = schema.HF_AUTO_KEYS.get(
-            pointer.replace("/prefetch_bucket_size", "/stage3_prefetch_bucket_size")
-        )
-    return cond == "any" or (cond == "stage3" and ctx.stage == 3)
+    if pointer.startswith("/zero_optimization/"):
+        pointer = pointer.replace("/prefetch_bucket_size", "/stage3_prefetch_bucket_size")
+    return hf_auto.hf_fills(pointer, ctx.stage)
 
 
 # "auto" values DeepSpeed itself accepts: keep_in_fp32_modules' own default is "auto" (runtime/config.py
@@ -216,7 +200,7 @@ class AutoPrefetchFloat(Rule):
     or require a transformers release that applies `int()`.
 
     ## References
-    - transformers integrations/deepspeed.py `trainer_config_finalize`; DEEPSPEED_FACTS §6
+    - transformers integrations/deepspeed.py `trainer_config_finalize`; docs/deepspeed-facts.md §6
     """
 
     code = "ZT804"
@@ -294,7 +278,7 @@ class ClippingDefault(Rule):
     ```
 
     ## References
-    - DEEPSPEED_FACTS §3.3, §6 (gradient_clipping default 1.0 since 0.17+)
+    - docs/deepspeed-facts.md §3.3, §6 (gradient_clipping default 1.0 since 0.17+)
     """
 
     code = "ZT806"
@@ -335,7 +319,7 @@ class CheckpointingSectionUnused(Rule):
     `zerotune predict --checkpoint-in-cpu` shows its memory and time.
 
     ## References
-    - DEEPSPEED_FACTS §3.5 (the engine never applies the section)
+    - docs/deepspeed-facts.md §3.5 (the engine never applies the section)
     - transformers integrations/deepspeed.py: nothing there calls `deepspeed.checkpointing`
     """
 

@@ -1,4 +1,4 @@
-"""ZT5xx: unknown, misplaced, deprecated, removed and doubly-spelled keys (DEEPSPEED_FACTS §1.3, §1.4, §3.0)."""
+"""ZT5xx: unknown, misplaced, deprecated, removed and doubly-spelled keys (docs/deepspeed-facts.md §1.3, §1.4, §3.0)."""
 
 from __future__ import annotations
 
@@ -83,7 +83,7 @@ def _capped(
                 what=f"key `{key}`",
                 where=where,
                 help=suggestion or None,
-                severity=severity_of(key, suggestion),
+                severity=severity_of(pointer, key, suggestion),
             )
         rest = items[LISTED_PER_SECTION:]
         if rest:
@@ -93,7 +93,7 @@ def _capped(
                 what=f"keys `{rest[0][1]}` and {len(rest) - 1:,} more (after the {LISTED_PER_SECTION} above)",
                 where=where,
                 help=None,
-                severity=severity_of(rest[0][1], ""),
+                severity=severity_of(pointer, rest[0][1], ""),
             )
 
 
@@ -158,7 +158,7 @@ class UnknownKey(Rule):
             # DeepSpeedConfigModel drops "auto" values before pydantic sees the key (ZT802 reports them)
             and not schema.is_auto(ctx.at(pointer + pointer_of(key)))
         ]
-        yield from _capped(self, ctx, found, lambda key, suggestion: None)
+        yield from _capped(self, ctx, found, lambda pointer, key, suggestion: None)
 
 
 class IgnoredKey(Rule):
@@ -171,7 +171,8 @@ class IgnoredKey(Rule):
 
     ## Why is this bad?
     The setting has no effect and nothing tells you: a typo such as `zero_force_ds_cpu_optimization` leaves
-    the real default in place.
+    the real default in place. A misspelt section name (`zero_optimisation`) loses every setting in it, so
+    that one is an error.
 
     ## Example
     ```json
@@ -184,7 +185,7 @@ class IgnoredKey(Rule):
     ```
 
     ## References
-    - DEEPSPEED_FACTS §3.0 (keys read by DeepSpeedConfig), §3.8 (tolerant sections)
+    - docs/deepspeed-facts.md §3.0 (keys read by DeepSpeedConfig), §3.8 (tolerant sections)
     """
 
     code = "ZT502"
@@ -202,8 +203,23 @@ class IgnoredKey(Rule):
             self,
             ctx,
             found,
-            lambda key, suggestion: Severity.WARNING if suggestion or not key.startswith("_") else Severity.INFO,
+            lambda pointer, key, suggestion: Severity.ERROR
+            if _lost_section(ctx, pointer, key)
+            else Severity.WARNING
+            if suggestion or not key.startswith("_")
+            else Severity.INFO,
         )
+
+
+def _lost_section(ctx: Context, pointer: str, key: str) -> bool:
+    """A top-level mapping whose name is a misspelling of a DeepSpeed section (`zero_optimisation`): every
+    setting in it is lost, not one key (DeepSpeed reads the real name with dict.get and finds nothing)."""
+    if pointer != "" or not isinstance(ctx.config.get(key), dict):
+        return False
+    top = schema.SECTIONS[""]
+    match = difflib.get_close_matches(key.lower(), top.keys, n=1, cutoff=0.75)
+    f = top.field(match[0]) if match else None
+    return f is not None and f.kind == "object" and match[0] not in ctx.config
 
 
 class MisplacedKey(Rule):
@@ -290,7 +306,7 @@ class DeprecatedKey(Rule):
 
     ## References
     - deepspeed/runtime/zero/config.py (json_schema_extra deprecated/new_param)
-    - DEEPSPEED_FACTS §1.3, §3.0, §3.6
+    - docs/deepspeed-facts.md §1.3, §3.0, §3.6
     """
 
     code = "ZT504"
@@ -483,7 +499,7 @@ class RecentKey(Rule):
     Pin `deepspeed>=0.19` where this config is used, or drop the key when it is set to its default.
 
     ## References
-    - DEEPSPEED_FACTS §10 (0.16 → 0.19.8 differences); OpenRLHF/OpenRLHF#63
+    - docs/deepspeed-facts.md §10 (0.16 → 0.19.8 differences); OpenRLHF/OpenRLHF#63
     """
 
     code = "ZT508"

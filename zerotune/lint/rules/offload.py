@@ -1,4 +1,4 @@
-"""ZT3xx: optimizer and parameter offload (DEEPSPEED_FACTS §2, §4, §8)."""
+"""ZT3xx: optimizer and parameter offload (docs/deepspeed-facts.md §2, §4, §8)."""
 
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ class OffloadParamBelowStage3(Rule):
     or `offload_optimizer` at stage 2.
 
     ## References
-    - deepspeed/runtime/engine.py; DEEPSPEED_FACTS §2.3
+    - deepspeed/runtime/engine.py; docs/deepspeed-facts.md §2.3
     """
 
     code = "ZT301"
@@ -200,7 +200,7 @@ class OffloadNeedsCpuOptimizer(Rule):
     ```
 
     ## References
-    - deepspeed/runtime/engine.py (`zero_force_ds_cpu_optimizer` check); DEEPSPEED_FACTS §2.3
+    - deepspeed/runtime/engine.py (`zero_force_ds_cpu_optimizer` check); docs/deepspeed-facts.md §2.3
     """
 
     code = "ZT305"

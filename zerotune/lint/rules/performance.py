@@ -1,4 +1,4 @@
-"""ZT7xx: communication and buffer settings that cost speed or memory (DEEPSPEED_FACTS §4; seed product
+"""ZT7xx: communication and buffer settings that cost speed or memory (docs/deepspeed-facts.md §4; seed product
 notes on bucket sizing: a reduce bucket of about 2–3 transformer blocks overlaps communication with backward).
 """
 
@@ -324,7 +324,7 @@ class OverlapBufferMemory(Rule):
     ## What it does
     With a GPU size (`--profile` or `--gpu-memory`), estimates the stage 1/2 reduce buffers under
     `overlap_comm`: two buckets of `reduce_bucket_size` elements plus about one more for flattening
-    (DEEPSPEED_FACTS §4.1; HF's docs quote 4.5× the bucket), and reports more than 10% of GPU memory.
+    (docs/deepspeed-facts.md §4.1; HF's docs quote 4.5× the bucket), and reports more than 10% of GPU memory.
 
     ## Why is this bad?
     With the 5e8 default that is ~3 GB in 16-bit, a large slice of a 16–24 GB GPU, and a common cause of

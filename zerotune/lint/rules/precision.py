@@ -1,4 +1,4 @@
-"""ZT4xx: fp16 / bf16 / data types (DEEPSPEED_FACTS §3.2, §8; deepspeed/runtime/precision_config.py)."""
+"""ZT4xx: fp16 / bf16 / data types (docs/deepspeed-facts.md §3.2, §8; deepspeed/runtime/precision_config.py)."""
 
 from __future__ import annotations
 
@@ -128,7 +128,7 @@ class Fp16SettingsUnderBf16(Rule):
     ```
 
     ## References
-    - deepspeed/runtime/engine.py `dynamic_loss_scale`; DEEPSPEED_FACTS §3.2, §10
+    - deepspeed/runtime/engine.py `dynamic_loss_scale`; docs/deepspeed-facts.md §3.2, §10
     """
 
     code = "ZT403"
@@ -295,7 +295,7 @@ class GradAccumDtypeWithoutZero(Rule):
     ```
 
     ## References
-    - deepspeed/runtime/engine.py `_do_optimizer_sanity_check`; DEEPSPEED_FACTS §3.2
+    - deepspeed/runtime/engine.py `_do_optimizer_sanity_check`; docs/deepspeed-facts.md §3.2
     """
 
     code = "ZT407"
@@ -343,7 +343,7 @@ class ParamDtypeMismatch(Rule):
     ```
 
     ## References
-    - deepspeed/runtime/engine.py (param_dtype assertion); DEEPSPEED_FACTS §3.2
+    - deepspeed/runtime/engine.py (param_dtype assertion); docs/deepspeed-facts.md §3.2
     """
 
     code = "ZT408"

@@ -15,10 +15,8 @@ from zerotune.dsconfig.load import pointer_of
 from zerotune.lint.context import Context
 from zerotune.lint.diagnostic import Diagnostic, Severity
 from zerotune.lint.rule import Rule
+from zerotune.model.fit import padded
 from zerotune.units import GiB, fmt_bytes, fmt_count
-
-TIGHT_FRACTION = 0.10
-"""Warn when the predicted peak leaves less than this share of GPU memory free."""
 
 
 @dataclass(frozen=True)
@@ -73,42 +71,28 @@ def model(ctx: Context) -> Any:
     return _model(ctx.options.model) if ctx.options.model else None
 
 
-def estimate(ctx: Context) -> Any:
-    """zerotune.model.memory.estimate_memory for this config, model and hardware (None if either is missing)."""
-    m, hw = model(ctx), hardware(ctx)
-    if m is None or hw is None:
+def judged(ctx: Context) -> tuple[Any, Any, Any] | None:
+    """The memory estimate, fit verdict and workload of the job this config runs, read as predict and memory read it
+    (zerotune.job.resolve_job: DeepSpeed's batch inference, HF "auto" filling, one margin); None
+    without a model and hardware."""
+    o = ctx.options
+    if not o.model or not (o.profile or o.gpu_memory_gib):
         return None
-    from zerotune.model.memory import estimate_memory
-    from zerotune.schema.workload import Workload
+    from zerotune.catalog.hardware import DEFAULT_PROFILE
+    from zerotune.job import JobInputs, resolve_job
 
-    r = ctx.resolved
-    gpus = hw.gpus_per_node or ctx.options.world_size or 1
-    nodes = hw.nodes if hw.profile is not None else 1
-    if ctx.options.world_size and hw.profile is None:
-        gpus = ctx.options.world_size
-    opt = (r.optimizer_type or "adamw").lower()
-    opt = opt if opt in ("adamw", "adam", "sgd", "lion", "adagrad") else "adamw"
-    workload = Workload(
-        seq_len=ctx.options.seq_len,
-        micro_batch=max(1, r.micro_batch or 1),
-        grad_accum=max(1, r.grad_accum or 1),
-        precision=r.precision,
-        optimizer=opt,
-        gpus_per_node=gpus,
-        nodes=nodes,
-    )
-    if hw.profile is not None and hw.memory_bytes == (
-        hw.profile.gpu.memory_bytes if hw.profile.gpu else None
-    ):
-        return estimate_memory(m, workload, r.zero, hardware=hw.profile)
-    est = estimate_memory(m, workload, r.zero)
-    total = est.per_gpu.total
-    from dataclasses import replace
+    inputs = JobInputs(
+        model=o.model, profile=o.profile or DEFAULT_PROFILE, gpus=o.gpus, world_size=o.world_size,
+        gpu_memory=o.gpu_memory_gib, seq_len=o.seq_len, checkpointing=o.checkpointing, hf=o.hf,
+    )  # fmt: skip
+    job = resolve_job(inputs, ctx.config)
+    memory = job.memory()
+    return memory, job.verdict(memory), job.workload
 
-    from zerotune.model.memory import DEFAULT_MARGIN
 
-    headroom = hw.memory_bytes - int(total * (1 + DEFAULT_MARGIN))
-    return replace(est, gpu_capacity_bytes=hw.memory_bytes, fits=headroom >= 0, headroom_bytes=headroom)
+def estimate(ctx: Context) -> Any:
+    found = judged(ctx)
+    return found[0] if found else None
 
 
 class GpuMemoryExceeded(Rule):
@@ -117,7 +101,8 @@ class GpuMemoryExceeded(Rule):
     ## What it does
     With `--model` and `--profile` (or `--gpu-memory`), predicts the peak memory of one rank under this
     config (model states by ZeRO stage and offload, communication buffers, activations at the config's
-    micro batch with checkpointing and `--seq-len` tokens (default 2048), CUDA context) and compares it with the GPU.
+    micro batch with `--checkpointing` (default on) and `--seq-len` tokens (default 2048), CUDA context) and
+    compares it with the GPU, with the one safety margin every command uses (zerotune.model.fit).
 
     ## Why is this bad?
     The job will run out of memory, usually after minutes of start-up. Raising the stage, offloading, or
@@ -138,21 +123,24 @@ class GpuMemoryExceeded(Rule):
     name = "gpu-memory-exceeded"
     severity = Severity.ERROR
     message = (
-        "predicted peak {total} per GPU exceeds {capacity} on {gpu} (ZeRO stage {stage}, micro batch {mb})"
+        "predicted peak {total} per GPU (+{margin} margin) exceeds {capacity} on {gpu} "
+        "(ZeRO stage {stage}, micro batch {mb})"
     )
     needs = frozenset({"model", "hardware"})
 
     def check(self, ctx: Context) -> Iterator[Diagnostic]:
-        est = estimate(ctx)
-        if est is not None and est.fits is False and est.per_gpu.total > est.gpu_capacity_bytes:
+        found = judged(ctx)
+        if found is not None and found[1].reason == "gpu":
+            est = found[0]
             yield self.emit(
                 ctx,
                 "/zero_optimization" if "zero_optimization" in ctx.config else "",
                 total=fmt_bytes(est.per_gpu.total),
                 capacity=fmt_bytes(est.gpu_capacity_bytes),
+                margin=f"{found[1].margin:.0%}",
                 gpu=hardware(ctx).name,
                 stage=ctx.resolved.zero.stage,
-                mb=ctx.resolved.micro_batch or 1,
+                mb=found[2].micro_batch,
                 help="try `zerotune memory` for the options that fit",
             )
 
@@ -161,8 +149,8 @@ class GpuMemoryTight(Rule):
     """The predicted per-GPU memory leaves little headroom.
 
     ## What it does
-    Like ZT901, but reports configs whose prediction fits while leaving less than 10% of the GPU free (or
-    fits only without the safety margin).
+    Like ZT901, but reports configs whose prediction fits with the safety margin (zerotune.model.fit) and
+    would not fit with twice that margin: less than one more margin to spare.
 
     ## Why is this bad?
     Fragmentation, longer sequences or a larger evaluation batch push such jobs over the edge; OOMs then
@@ -185,11 +173,12 @@ class GpuMemoryTight(Rule):
     needs = frozenset({"model", "hardware"})
 
     def check(self, ctx: Context) -> Iterator[Diagnostic]:
-        est = estimate(ctx)
-        if est is None or est.gpu_capacity_bytes is None:
+        found = judged(ctx)
+        if found is None or found[1].fits is not True or found[0].gpu_capacity_bytes is None:
             return
+        est, verdict = found[0], found[1]
         total, cap = est.per_gpu.total, est.gpu_capacity_bytes
-        if total <= cap and (est.fits is False or cap - total < TIGHT_FRACTION * cap):
+        if padded(total, 2 * verdict.margin) > cap:
             yield self.emit(
                 ctx,
                 "/zero_optimization" if "zero_optimization" in ctx.config else "",
@@ -226,9 +215,10 @@ class HostMemoryExceeded(Rule):
     needs = frozenset({"model", "hardware"})
 
     def check(self, ctx: Context) -> Iterator[Diagnostic]:
-        est, hw = estimate(ctx), hardware(ctx)
-        if est is None or not hw.host_ram_bytes or est.cpu_bytes_per_node <= hw.host_ram_bytes:
+        found, hw = judged(ctx), hardware(ctx)
+        if found is None or found[1].reason != "host":
             return
+        est = found[0]
         yield self.emit(
             ctx,
             "/zero_optimization",

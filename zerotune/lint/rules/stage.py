@@ -1,4 +1,4 @@
-"""ZT2xx: which ZeRO knobs act at which stage, and stage-level constraints (DEEPSPEED_FACTS §1.2, §4, §8).
+"""ZT2xx: which ZeRO knobs act at which stage, and stage-level constraints (docs/deepspeed-facts.md §1.2, §4, §8).
 
 The stage table is `Field.stages` in zerotune/dsconfig/schema.py; these rules only read it.
 """
@@ -103,7 +103,7 @@ class Stage3KnobBelowStage3(Rule):
     ```
 
     ## References
-    - deepspeed/runtime/zero/config.py; DEEPSPEED_FACTS §1.2 (Stages column)
+    - deepspeed/runtime/zero/config.py; docs/deepspeed-facts.md §1.2 (Stages column)
     """
 
     code = "ZT202"
@@ -147,17 +147,43 @@ class KnobWithZeroOff(Rule):
     code = "ZT203"
     name = "knob-with-zero-off"
     severity = Severity.WARNING
-    message = "`{key}` has no effect: ZeRO is off (stage 0)"
+    message = "`{key}` {what}: ZeRO is off (stage 0)"
 
     def check(self, ctx: Context) -> Iterator[Diagnostic]:
         if ctx.stage != 0 or not isinstance(ctx.config.get("zero_optimization"), dict):
             return
         for key, _f, _ in _set_knobs(ctx):
-            yield self.emit(ctx, pointer_of("zero_optimization", key), key=key)
-        # offload_optimizer is not inert at stage 0: it still selects DeepSpeed's CPU optimizer and makes
-        # the engine refuse a client optimizer (engine.zero_use_cpu_optimizer; ZT305 reports that)
+            yield self.emit(ctx, pointer_of("zero_optimization", key), key=key, what="has no effect")
         if ctx.offload("offload_param") and "offload_param" in ctx.zero:
-            yield self.emit(ctx, pointer_of("zero_optimization", "offload_param"), key="offload_param")
+            yield self.emit(ctx, pointer_of("zero_optimization", "offload_param"), key="offload_param", what="has no effect")
+        # offload_optimizer is not inert at stage 0 (settings.ZeroSettings.cpu_optimizer): it still selects
+        # DeepSpeed's CPU optimizer, built over the GPU parameters because no ZeRO optimizer moves them.
+        # Without an optimizer section the engine refuses the client's optimizer (ZT305 reports that).
+        if ctx.offload("offload_optimizer") and ctx.optimizer_type is not None:
+            key = "offload_optimizer" if "offload_optimizer" in ctx.zero else "cpu_offload"
+            pointer = pointer_of("zero_optimization", key)
+            if ctx.resolved.zero.cpu_optimizer and _builds_cpu_optimizer(ctx):
+                yield self.emit(
+                    ctx,
+                    pointer,
+                    key=key,
+                    what="offloads nothing",
+                    severity=Severity.ERROR,
+                    help=f"DeepSpeed still builds its CPU optimizer for `{ctx.optimizer_type}` over the "
+                    "GPU parameters, and its first step fails (\"CPUAdam param is on cuda:0 and must be "
+                    "'cpu'\"); set stage 1-3 to offload, or remove offload_optimizer",
+                )
+            else:
+                yield self.emit(ctx, pointer, key=key, what="has no effect")
+
+
+def _builds_cpu_optimizer(ctx: Context) -> bool:
+    """The config's optimizer is one DeepSpeed swaps for its CPU class under optimizer offload
+    (engine.py `_configure_basic_optimizer` / `get_optimizer_configuration`; `torch_adam` opts out)."""
+    opt = (ctx.optimizer_type or "").lower()
+    params = ctx.section("optimizer").get("params")
+    torch_adam = isinstance(params, dict) and bool(params.get("torch_adam"))  # popped and tested for truth
+    return opt in schema.CPU_OFFLOAD_TYPES + ("muon",) and not (opt in ("adam", "adamw") and torch_adam)
 
 
 class ZeroppBelowStage3(Rule):

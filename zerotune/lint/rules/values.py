@@ -1,5 +1,5 @@
 """ZT6xx: value types, ranges and the value checks DeepSpeed 0.19.8 makes at parse or engine start
-(DEEPSPEED_FACTS §1.1, §3.3, §3.4, §8)."""
+(docs/deepspeed-facts.md §1.1, §3.3, §3.4, §8)."""
 
 from __future__ import annotations
 
@@ -188,7 +188,7 @@ class SectionNotObject(Rule):
 # DeepSpeedConfigModel through
 # `**{key: param_dict.get(key, {})}`, which drops a value that is exactly "auto" (runtime/config_utils.py):
 # the monitors (monitor/config.py get_monitor_config) and timers. Probed with DeepSpeedConfig on each
-# object-valued top-level key set to null, "auto", true and 5 (scripts/differential_corpus.py records the rest).
+# object-valued top-level key set to null, "auto", true and 5 (scripts/evidence/differential_corpus.py records the rest).
 _NULL_SECTIONS = frozenset({"bf16", "aio", "expert_parallel"})
 _AUTO_SECTIONS = frozenset({"timers", "tensorboard", "wandb", "csv_monitor", "comet"})
 
@@ -441,7 +441,7 @@ class ComputeGradNormConflict(Rule):
     ```
 
     ## References
-    - deepspeed/runtime/zero/stage_1_and_2.py; DEEPSPEED_FACTS §8
+    - deepspeed/runtime/zero/stage_1_and_2.py; docs/deepspeed-facts.md §8
     """
 
     code = "ZT608"
@@ -521,7 +521,7 @@ class UnsupportedOptimizer(Rule):
     ```
 
     ## References
-    - deepspeed/runtime/engine.py `_configure_basic_optimizer`; DEEPSPEED_FACTS §3.4
+    - deepspeed/runtime/engine.py `_configure_basic_optimizer`; docs/deepspeed-facts.md §3.4
     """
 
     code = "ZT610"
@@ -614,7 +614,7 @@ class InvalidSchedulerSteps(Rule):
     ```
 
     ## References
-    - deepspeed/runtime/lr_schedules.py; DEEPSPEED_FACTS §3.4
+    - deepspeed/runtime/lr_schedules.py; docs/deepspeed-facts.md §3.4
     """
 
     code = "ZT612"

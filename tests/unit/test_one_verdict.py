@@ -1,0 +1,107 @@
+"""Issue 19: memory, predict and validate read one job the same way and give one verdict.
+
+For random jobs (model, ranks, stage, offload, batch keys DeepSpeed infers from, checkpointing, GPU
+size), `predict --json`, the matching row of `memory --json` and `validate`'s memory rules agree on the
+per-GPU bytes, the host RAM per node and whether it fits. Each former disagreement has its own case.
+"""
+
+from __future__ import annotations
+
+import json
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.conftest import cpu_probe_profile
+from zerotune.catalog.hardware import dump_profile
+
+MODELS = ("gpt2-xl", "llama-7b", "llama-13b")
+
+
+def _row(memory: dict, stage: int, offload: str) -> dict:
+    return next(
+        r for r in memory["rows"]
+        if r["stage"] == stage and r["offload_optimizer"] == offload and r["offload_param"] == "none"
+    )  # fmt: skip
+
+
+def _batch_keys(micro: int, accum: int, world: int, style: int) -> dict:
+    """The same (micro, accum) said three ways: DeepSpeed infers the missing one (config.py)."""
+    if style == 0:
+        return {"train_micro_batch_size_per_gpu": micro, "gradient_accumulation_steps": accum}
+    if style == 1:
+        return {"train_batch_size": micro * accum * world, "gradient_accumulation_steps": accum}
+    return {"train_batch_size": micro * accum * world, "train_micro_batch_size_per_gpu": micro}
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    model=st.sampled_from(MODELS),
+    gpus=st.sampled_from((2, 4, 8)),
+    stage=st.sampled_from((1, 2, 3)),
+    offload=st.sampled_from(("none", "cpu")),
+    micro=st.integers(1, 8),
+    accum=st.integers(1, 4),
+    style=st.integers(0, 2),
+    checkpointing=st.booleans(),
+    gpu_memory=st.sampled_from((24.0, 40.0, 80.0)),
+)
+def test_memory_predict_validate_agree(
+    cli, tmp_path, model, gpus, stage, offload, micro, accum, style, checkpointing, gpu_memory
+):
+    zero = {"stage": stage}
+    if offload == "cpu":
+        zero["offload_optimizer"] = {"device": "cpu"}
+    config = {**_batch_keys(micro, accum, gpus, style), "bf16": {"enabled": True}, "zero_optimization": zero,
+              "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}}}  # fmt: skip
+    path = tmp_path / f"ds-{stage}-{offload}-{micro}-{accum}-{style}.json"
+    path.write_text(json.dumps(config))
+    job = ["--model", model, "--profile", "dgx-h100", "--gpus", str(gpus), "--gpu-memory", str(gpu_memory),
+           "--checkpointing" if checkpointing else "--no-checkpointing"]  # fmt: skip
+
+    p = cli("predict", "--config", path, "--json", *job)
+    assert p.code in (0, 1), p.stderr
+    pred = json.loads(p.stdout)
+    m = cli("memory", "--json", "--micro-batch", str(micro), "--grad-accum", str(accum), *job)
+    assert m.code == 0, m.stderr
+    row = _row(json.loads(m.stdout), stage, offload)
+    assert row["total_bytes_per_gpu"] == pred["memory"]["per_gpu_bytes"]
+    assert row["cpu_bytes"] == pred["memory"]["cpu_bytes_per_node"]
+    assert row["fits"] == pred["memory"]["fits"]
+
+    v = cli("validate", path, "--json", "--model", model, "--gpus", str(gpus), "--world-size", str(gpus),
+            "--gpu-memory", str(gpu_memory), "--profile", "dgx-h100",
+            "--checkpointing" if checkpointing else "--no-checkpointing")  # fmt: skip
+    codes = {d["code"] for f in json.loads(v.stdout)["files"] for d in f["diagnostics"]}
+    assert ("ZT901" in codes) == (pred["memory"]["fit"]["reason"] == "gpu"), (codes, pred["memory"])
+
+
+def test_validate_reads_the_micro_batch_deepspeed_infers(cli, tmp_path):
+    # validate used to take micro-batch 1 when the config gives train_batch_size and accumulation only
+    path = tmp_path / "ds.json"
+    path.write_text(json.dumps({"train_batch_size": 256, "gradient_accumulation_steps": 1,
+                                "bf16": {"enabled": True}, "zero_optimization": {"stage": 2}}))  # fmt: skip
+    p = cli("predict", "--config", path, "--json", "--model", "llama-7b", "--profile", "dgx-h100")
+    pred = json.loads(p.stdout)
+    assert pred["workload"]["micro_batch"] == 32 and pred["memory"]["fits"] is False
+    v = cli("validate", path, "--model", "llama-7b", "--profile", "dgx-h100", "--world-size", "8")
+    assert v.code == 1 and "ZT901" in v.stdout and "micro batch 32" in v.stdout
+
+
+def test_memory_says_host_ram_was_not_checked_like_predict(cli, tmp_path):
+    # memory used to say "Fits: yes" for offload on a profile without host RAM, with no word
+    profile = dump_profile(cpu_probe_profile("no-ram").model_copy(update={"name": "no-ram"}))
+    assert profile
+    m = cli("memory", "--model", "llama-7b", "--json")
+    data = json.loads(m.stdout)
+    offload = _row(data, 2, "cpu")
+    assert offload["fits"] in (True, None)
+    hw = tmp_path / "gpu-no-ram.yaml"
+    from zerotune.catalog.hardware import load_profile
+
+    base = load_profile("dgx-h100")
+    hw.write_text(dump_profile(base.model_copy(update={"host": base.host.model_copy(update={"ram_bytes": None})})))
+    m = cli("memory", "--model", "llama-7b", "--profile", str(hw), "--json")
+    row = _row(json.loads(m.stdout), 2, "cpu")
+    assert any("host RAM NOT checked" in a for a in row["fit"]["assumptions"])
+    assert "host RAM NOT checked" in m.stderr

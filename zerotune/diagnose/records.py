@@ -1,0 +1,165 @@
+"""What a scan of a log yields: its lines (LogLine, and `normalise`, which turns a raw line into
+one) and the typed records the signals fill in (zerotune.diagnose.signals).
+
+Lines are normalised before parsing: leading timestamps, torchrun's `[rankN]:` and pdsh/
+deepspeed-launcher host prefixes (`gpu-q-13: `) are removed and the rank is kept.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+MAX_EVENTS = 50
+"""Per kind of signal: the first ones are kept as evidence, later ones are only counted."""
+
+# ---- lines ------------------------------------------------------------------------------------------------------
+
+_TIMESTAMP = re.compile(r"^\s*\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\s*")
+_RANK_PREFIX = re.compile(r"^\s*\[(?:rank|RANK)(\d+)\]:\s?")
+_HOST_PREFIX = re.compile(r"^([A-Za-z0-9_][\w.-]*):\s(?=\S)")
+
+
+def normalise(raw: str) -> tuple[str, int | None]:
+    """(text without timestamp/rank/host prefixes, rank from a `[rankN]:` prefix or None)."""
+    text, rank = raw.rstrip("\r\n"), None
+    for _ in range(4):
+        before = text
+        m = _TIMESTAMP.match(text)
+        if m:
+            text = text[m.end() :]
+        m = _RANK_PREFIX.match(text)
+        if m:
+            rank = int(m.group(1)) if rank is None else rank
+            text = text[m.end() :]
+        m = _HOST_PREFIX.match(text)
+        if m and _is_host(m.group(1)):
+            text = text[m.end() :]
+        if text == before:
+            break
+    return text, rank
+
+
+def _is_host(name: str) -> bool:
+    """`gpu-q-13`, `node-a`, `10.0.0.7` are hosts; `RuntimeError`, `python`, `File` are not."""
+    if name.endswith(("Error", "Exception", "Warning", "Exit")):
+        return False
+    return any(c.isdigit() or c in ".-" for c in name)
+
+
+@dataclass(frozen=True)
+class LogLine:
+    number: int
+    """1-based line number in the log"""
+    text: str
+    """the line without timestamp/rank/host prefixes (what the message says)"""
+    rank: int | None = None
+
+
+# ---- records ------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Oom:
+    line: LogLine
+    tried: int | None = None
+    capacity: int | None = None
+    allocated: int | None = None
+    free: int | None = None
+    reserved: int | None = None
+    gpu: int | None = None
+    phase: str = "unknown"
+    phase_line: LogLine | None = None
+    """the frame or log line that decided the phase"""
+
+
+@dataclass
+class CollectiveFailure:
+    line: LogLine
+    kind: str
+    """timeout, error or desync"""
+    op: str | None = None
+    seq: int | None = None
+    numel: int | None = None
+    timeout_ms: int | None = None
+    rank: int | None = None
+
+
+@dataclass
+class FieldError:
+    field: str
+    message: str = ""
+    value: str | None = None
+
+
+@dataclass
+class Rejection:
+    line: LogLine
+    kind: str
+    """pydantic, hf_mismatch or assert"""
+    model: str | None = None
+    fields: list[FieldError] = field(default_factory=list)
+
+
+@dataclass
+class Kill:
+    line: LogLine
+    signal: int | None
+    """9 for SIGKILL (exit code -9 / 137 / signal 9); None when the line names no signal"""
+
+
+@dataclass
+class MemoryReport:
+    label: str
+    line: LogLine
+    ma_gb: float
+    max_ma_gb: float
+    ca_gb: float
+    max_ca_gb: float
+
+
+@dataclass
+class Fact:
+    value: object
+    line: LogLine
+
+
+@dataclass
+class Scan:
+    """Everything one pass found. Lists hold at most MAX_EVENTS items; counts are exact. Each field
+    below the line counts is filled by the signal of the same name (zerotune.diagnose.signals)."""
+
+    lines: int = 0
+    bytes: int = 0
+    facts: dict[str, Fact] = field(default_factory=dict)
+    ooms: list[Oom] = field(default_factory=list)
+    oom_count: int = 0
+    collectives: list[CollectiveFailure] = field(default_factory=list)
+    fingerprints: dict[int, tuple[int, LogLine]] = field(default_factory=dict)
+    rejections: list[Rejection] = field(default_factory=list)
+    kills: list[Kill] = field(default_factory=list)
+    aio_errors: list[LogLine] = field(default_factory=list)
+    cpu_alloc_failures: list[tuple[LogLine, int | None]] = field(default_factory=list)
+    """torch's CPU allocator refused an allocation (host RAM or an address-space limit): bytes asked"""
+    version_errors: list[LogLine] = field(default_factory=list)
+    offload_hints: list[LogLine] = field(default_factory=list)
+    host_memory: list[LogLine] = field(default_factory=list)
+    memory_reports: list[MemoryReport] = field(default_factory=list)
+    tracebacks: int = 0
+    last_exception: LogLine | None = None
+    breakdown: dict[str, list[float]] = field(default_factory=dict)
+    """wall_clock_breakdown timer -> [sum ms, count] over the non-micro-step lines"""
+    breakdown_line: LogLine | None = None
+    samples_per_s: list[float] = field(default_factory=lambda: [0.0, 0.0])
+    """[sum, count] of DeepSpeed's CurrSamplesPerSec / HF's train_samples_per_second"""
+    throughput_line: LogLine | None = None
+    config: dict | None = None
+    config_line: LogLine | None = None
+    config_error: str | None = None
+
+    def fact(self, name: str, value: object, line: LogLine) -> None:
+        self.facts.setdefault(name, Fact(value, line))
+
+    def add(self, items: list, item: object) -> None:
+        if len(items) < MAX_EVENTS:
+            items.append(item)

@@ -1,0 +1,319 @@
+"""Config signals: the config DeepSpeed prints at start (`json = {`), configs rejected (pydantic
+v1/v2 validation errors, DeepSpeed's batch assertions and DeepSpeedConfigError, transformers'
+`trainer_config_finalize` mismatch check), library version checks, offload in use, and the
+single facts the engine, HF Trainer and PEFT print about the job (ZeRO stage, buckets, sizes).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+from zerotune.diagnose.records import FieldError, LogLine, Rejection, Scan
+from zerotune.diagnose.signals.signal import Hit, Signal
+
+MAX_CONFIG_LINES = 4000
+"""DeepSpeed's config dump is ~100-300 lines; a capture longer than this is abandoned."""
+
+# ---- the config dump ------------------------------------------------------------------------------------------
+
+
+def _config_done(scan: Scan, texts: list[str], depth: int) -> None:
+    if depth > 0:
+        scan.config_error = "the config dump did not close"
+        return
+    try:
+        value = json.loads("\n".join(texts))
+    except (ValueError, RecursionError) as exc:
+        scan.config_error = f"the config dump is not JSON: {exc}"
+        return
+    if isinstance(value, dict) and scan.config is None:
+        scan.config = value
+
+
+@dataclass
+class _ConfigDump:
+    """The lines of a multi-line dump, until its braces balance."""
+
+    scan: Scan
+    texts: list[str]
+    depth: int
+
+    def feed(self, line: LogLine) -> bool:
+        self.texts.append(line.text)
+        self.depth += line.text.count("{") - line.text.count("}")
+        if self.depth <= 0 or len(self.texts) > MAX_CONFIG_LINES:
+            _config_done(self.scan, self.texts, self.depth)
+            return False
+        return True
+
+    def close(self) -> None:
+        _config_done(self.scan, [], 1)
+
+
+def _config_dump(hit: Hit) -> None:
+    """DeepSpeedConfig.print_user_config: `json = {` then the config, indented, over many lines."""
+    first = hit.line.text.split("json = ", 1)[1]
+    depth = first.count("{") - first.count("}")
+    hit.scan.config_line = hit.scan.config_line or hit.line
+    if depth <= 0:  # the whole dump on one line
+        _config_done(hit.scan, [first], depth)
+    else:
+        hit.follower = _ConfigDump(hit.scan, [first], depth)
+
+
+# ---- rejected configs -----------------------------------------------------------------------------------------
+
+_VALIDATION = re.compile(r"(\d+) validation errors? for (\w+)")
+_FIELD_LINE = re.compile(r"^([A-Za-z_]\w*(?:(?: -> |\.)[\w]+)*)\s*$")
+_INPUT_VALUE = re.compile(r"input_value=([^,\]]+)")
+_HF_ROW = re.compile(r"^-\s+ds\s+(\S+?)=(.*?)\s+vs\s+hf\s+(.+?)=(.*)$")
+
+
+@dataclass
+class _PydanticFields:
+    """pydantic's multi-line form: field names on their own line, messages indented or free text."""
+
+    rejection: Rejection
+    budget: int
+
+    def feed(self, line: LogLine) -> bool:
+        text, fields = line.text.strip(), self.rejection.fields
+        fm = _FIELD_LINE.match(text)
+        if fm and not text.startswith(("Input", "extra", "Extra", "value", "field")):
+            fields.append(FieldError(fm.group(1).replace(" -> ", ".")))
+        elif fields and text and not text.startswith(("Traceback", "File ")):
+            f = fields[-1]
+            f.message = f"{f.message} {text}".strip()
+            v = _INPUT_VALUE.search(text)
+            if v:
+                f.value = v.group(1)
+        self.budget -= 1
+        return not (self.budget <= 0 or text.startswith(("Traceback", "File ")))
+
+    def close(self) -> None:
+        pass
+
+
+def _pydantic(hit: Hit) -> None:
+    text = hit.line.text
+    m = _VALIDATION.search(text)
+    if not m:
+        return
+    rej = Rejection(hit.line, "pydantic", model=m.group(2))
+    hit.scan.add(hit.scan.rejections, rej)
+    inline = text[m.end() :].split("; ")[1:]
+    if inline:  # one-line form (zerotune's own launcher): "for Model; field; message; ..."
+        for part in inline:
+            fm = _FIELD_LINE.match(part.strip())
+            if fm:
+                rej.fields.append(FieldError(fm.group(1).replace(" -> ", ".")))
+            elif rej.fields and not rej.fields[-1].message:
+                rej.fields[-1].message = part.strip()
+                v = _INPUT_VALUE.search(part)
+                rej.fields[-1].value = v.group(1) if v else None
+    elif text[m.end() :].strip():  # the error folded onto one line: "for Model field message"
+        field_name, _, message = text[m.end() :].strip().partition(" ")
+        if _FIELD_LINE.match(field_name):
+            rej.fields.append(FieldError(field_name, message))
+    else:
+        hit.follower = _PydanticFields(rej, 3 * int(m.group(1)) + 2)
+
+
+@dataclass
+class _HfRows:
+    """transformers' "- ds KEY=VALUE vs hf ARG=VALUE" rows under the mismatch message."""
+
+    rejection: Rejection
+    budget: int
+
+    def feed(self, line: LogLine) -> bool:
+        text = line.text.strip()
+        m = _HF_ROW.match(text)
+        if m:
+            self.rejection.fields.append(FieldError(m.group(1), f"hf {m.group(3)}={m.group(4)}", m.group(2)))
+        if (
+            text.startswith("The easiest method")
+            or self.budget <= 1
+            or (m is None and text and not text.startswith("-"))
+        ):
+            return False
+        self.budget -= 1
+        return True
+
+    def close(self) -> None:
+        pass
+
+
+def _hf_mismatch(hit: Hit) -> None:
+    if "mismatch TrainingArguments" in hit.line.text:
+        rej = Rejection(hit.line, "hf_mismatch", model="TrainingArguments")
+        hit.scan.add(hit.scan.rejections, rej)
+        hit.follower = _HfRows(rej, 40)
+
+
+_BATCH_ASSERT = re.compile(
+    r"Check batch related parameters|(?:Train batch size|Micro batch size per gpu|Gradient accumulation steps): "
+    r"-?\d+ has to be greater than 0"
+)
+_BATCH_NUMBERS = re.compile(r"world_size\s+(-?\d+)\s*!=\s*(-?\d+)\s*\*\s*(-?\d+)\s*\*\s*(-?\d+)")
+_BATCH_KEYS = {
+    "Train batch size": "train_batch_size",
+    "Micro batch size per gpu": "train_micro_batch_size_per_gpu",
+    "Gradient accumulation steps": "gradient_accumulation_steps",
+}
+
+
+def _batch_assert(hit: Hit) -> None:
+    """DeepSpeed's batch-size assertions (runtime/config.py `_batch_assertion`), with the numbers
+    they print; the message may wrap over the next lines (rich tracebacks). Its source line
+    (`assert ...`, an f-string) on a traceback is not the message."""
+    text = hit.line.text
+    if not _BATCH_ASSERT.search(text) or 'f"' in text or "assert " in text:
+        return
+    joined = hit.wrapped(1024)
+    fields: list[FieldError] = []
+    m = _BATCH_NUMBERS.search(joined)
+    if m:
+        message = "train_batch_size != micro_batch_per_gpu * gradient_acc_step * world_size"
+        fields = [
+            FieldError("train_batch_size", message, m.group(1)),
+            FieldError("train_micro_batch_size_per_gpu", "", m.group(2)),
+            FieldError("gradient_accumulation_steps", "", m.group(3)),
+            FieldError("world_size", "the world size DeepSpeed saw", m.group(4)),
+        ]
+    else:
+        for label, key in _BATCH_KEYS.items():
+            v = re.search(re.escape(label) + r": (-?\d+) has to be greater than 0", joined)
+            if v:
+                fields.append(FieldError(key, f"{label} has to be greater than 0", v.group(1)))
+    if not fields:
+        fields = [FieldError("train_batch_size", text.strip())]
+    hit.scan.add(hit.scan.rejections, Rejection(hit.line, "assert", model="DeepSpeedConfig", fields=fields))
+
+
+def _deepspeed_config_error(hit: Hit) -> None:
+    if "DeepSpeedConfigError" in hit.line.text:
+        rej = Rejection(
+            hit.line, "assert", model="DeepSpeedConfig", fields=[FieldError("", hit.line.text.strip())]
+        )
+        hit.scan.add(hit.scan.rejections, rej)
+
+
+def known_zero_keys(rej: Rejection) -> list[str]:
+    """Fields DeepSpeed 0.19.8 defines that an (older) DeepSpeed rejected as unknown."""
+    from zerotune.dsconfig import schema
+
+    if rej.model != "DeepSpeedZeroConfig":
+        return []
+    return [
+        f.field
+        for f in rej.fields
+        if ("extra" in f.message.lower() or "not permitted" in f.message)
+        and schema.zero_field(f.field) is not None
+    ]
+
+
+# ---- versions, offload --------------------------------------------------------------------------------------
+
+
+def _version(hit: Hit) -> None:
+    """CUDA toolkit vs torch (DeepSpeed's CUDAMismatchException), transformers' dependency checks."""
+    if hit.says(
+        "CUDAMismatchException",
+        "does not match the version torch was compiled",
+        "is required for a normal functioning",
+    ):
+        hit.scan.add(hit.scan.version_errors, hit.line)
+
+
+_OFFLOAD = re.compile(r"DeepSpeedCPUAdam|offload_optimizer|offload_param|cpu_adam")
+
+
+def _offload(hit: Hit) -> None:
+    if _OFFLOAD.search(hit.line.text):
+        hit.scan.add(hit.scan.offload_hints, hit.line)
+
+
+# ---- facts ----------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FactRow:
+    name: str
+    trigger: bytes
+    pattern: re.Pattern[str]
+    cast: type
+
+
+def _row(name: str, trigger: bytes, pattern: str, cast: type) -> FactRow:
+    return FactRow(name, trigger, re.compile(pattern), cast)
+
+
+FACTS = (
+    _row("deepspeed_version", rb"DeepSpeed", r"DeepSpeed info: version=([\w.+-]+)", str),
+    _row(
+        "deepspeed_version", rb"DeepSpeed", r"[Dd]eep[Ss]peed version(?: ==|:)?\s*v?(\d+\.\d+(?:\.\d+)?)", str
+    ),
+    _row("world_size", rb"world_size", r"\bworld_size\s*[=:]\s*(\d+)", int),
+    _row("world_size", rb"world_size", r"\bdp_world_size=(\d+)", int),
+    _row("world_size", rb"Num processes", r"Num processes: (\d+)", int),
+    _row("zero_stage", rb"ZeRO stage", r"ZeRO stage (\d) optimizer", int),
+    _row("precision", rb"ZeRO stage", r"Creating (?:torch\.)?(\w+) ZeRO stage", str),
+    _row("reduce_bucket_size", rb"Reduce bucket size", r"Reduce bucket size (\d+)", int),
+    _row("allgather_bucket_size", rb"Allgather bucket size", r"Allgather bucket size (\d+)", int),
+    _row("prefetch_bucket_size", rb"Prefetch bucket size", r"Prefetch bucket size (\d+)", int),
+    _row("persistent_params", rb"Total ", r"Total persistent parameters: (\d+)", int),
+    _row("params", rb"\|\| all params", r"all params: ([\d,]+)", int),  # PEFT's print_trainable_parameters
+    _row("trainable_params", rb"\|\| all params", r"trainable params: ([\d,]+)", int),
+    _row("trainable_params", rb"Number of trainable", r"Number of trainable parameters = ([\d,]+)", int),
+    _row("params", rb"Total ", r"Total number of elements in model: (\d+)", int),
+    _row(
+        "micro_batch", rb"Instantaneous batch", r"batch size per device = (\d+)", int
+    ),  # HF Trainer's header
+    _row("train_batch_size", rb"Total ", r"Total train batch size.*?= (\d+)", int),
+    _row("grad_accum", rb"Gradient Accumulation steps", r"Gradient Accumulation steps = (\d+)", int),
+    _row(
+        "gpu_name",
+        rb"NVIDIA ",
+        r"(NVIDIA (?:[A-Z][\w-]*)(?: [\w-]+){0,3}?(?: \d+GB| PCIe| SXM\d?| \w+GB)*)(?=[,;)\]]|\s*$)",
+        str,
+    ),
+)
+"""One fact per name: the first line that states it, by the first row that matches that line."""
+
+
+def _facts(hit: Hit) -> None:
+    for row in FACTS:
+        if row.name in hit.scan.facts:
+            continue
+        m = row.pattern.search(hit.line.text)
+        if m:
+            value = m.group(1)
+            hit.scan.fact(
+                row.name, row.cast(value.replace(",", "")) if row.cast is int else value.strip(), hit.line
+            )
+
+
+SIGNALS = (
+    Signal("config", (rb"json = \{",), (_config_dump,), claims="json = {"),
+    Signal(
+        "rejections",
+        (
+            rb"validation error",
+            rb"TrainingArguments",
+            rb"Check batch related parameters",
+            rb"Micro batch size per gpu",  # DeepSpeed's _batch_assertion: "... has to be greater than 0"
+            rb"Train batch size:",
+            rb"Gradient accumulation steps:",
+            rb"DeepSpeed",
+        ),
+        (_pydantic, _hf_mismatch, _batch_assert, _deepspeed_config_error),
+    ),
+    Signal("version_errors", (rb"CUDA", rb"ImportError", rb"version =="), (_version,)),
+    Signal(
+        "offload_hints", (rb'"offload_', rb"DeepSpeed"), (_offload,)
+    ),  # a printed config's offload sections
+    Signal("facts", tuple(dict.fromkeys(row.trigger for row in FACTS)), (_facts,)),
+)

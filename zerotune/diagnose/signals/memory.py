@@ -1,0 +1,184 @@
+"""Memory signals: GPU out-of-memory (with its numbers and the phase that allocated), torch's CPU
+allocator refusing, the kernel's OOM killer and DeepSpeed's host-memory lines, `see_memory_usage`
+reports, and NVMe offload's async I/O failing.
+
+The OOM formats are those of PyTorch's CUDA caching allocator: the old "(GPU 0; X total
+capacity; ...)" and 2.x "GPU 0 has a total capacity of X"; tests/fixtures/logs holds real
+examples of each.
+"""
+
+from __future__ import annotations
+
+import re
+
+from zerotune.diagnose.records import MAX_EVENTS, Fact, LogLine, MemoryReport, Oom, Scan
+from zerotune.diagnose.signals.process import EXCEPTION_LINE
+from zerotune.diagnose.signals.signal import Hit, Signal
+
+# ---- sizes -----------------------------------------------------------------------------------------------------
+
+_SIZE = r"(\d+(?:\.\d+)?)\s?(bytes|B|KiB|MiB|GiB|TiB|KB|MB|GB|TB)"
+_UNIT = {"bytes": 1, "B": 1, "KiB": 1024, "MiB": 1024**2, "GiB": 1024**3, "TiB": 1024**4}
+_UNIT |= {"KB": 1024, "MB": 1024**2, "GB": 1024**3, "TB": 1024**4}  # PyTorch prints binary units
+
+
+def size_bytes(number: str, unit: str) -> int:
+    return int(round(float(number) * _UNIT[unit]))
+
+
+def _size(pattern: str, text: str) -> int | None:
+    m = re.search(pattern.replace("SIZE", _SIZE), text)
+    return size_bytes(m.group(1), m.group(2)) if m else None
+
+
+# ---- GPU out of memory -------------------------------------------------------------------------------------------
+
+_PHASES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
+    (name, re.compile(pattern))
+    for name, pattern in (
+        (
+            "checkpoint_save",
+            r"save_checkpoint|save_model|save_16bit_model|consolidated_16bit_state_dict|[Ee]rror saving model"
+            r"|_save_to_state_dict|save_pretrained|_save_zero_checkpoint",
+        ),
+        (
+            "gradient_buckets",
+            r"reduce_ipg_grads|reduce_and_partition_ipg_grads|avg_scatter_grads|allreduce_bucket|average_tensor"
+            r"|reduce_independent_p_g_buckets|ipg_buffer|copy_grads_in_partition|allreduce_gradients",
+        ),
+        (
+            "param_gather",
+            r"all_gather_params|all_gather_coalesced|partitioned_param_coordinator|fetch_sub_module"
+            r"|pre_sub_module_forward|_all_gather_dtype|\ball_gather\b|_allgather_base",
+        ),
+        (
+            "optimizer_states",
+            r"_optimizer_step|initialize_optimizer_states|_setup_for_real_optimizer|optimizer\.step\("
+            r"|_create_fp32_partitions|single_partition_of_fp32_groups|torch/optim/|unscale_and_clip_grads",
+        ),
+        (
+            "init",
+            r"_configure_zero_optimizer|DeepSpeedZeroOptimizer|_configure_optimizer|deepspeed\.initialize"
+            r"|DeepSpeedEngine\(|zero\.Init|_partition_param|_convert_to_deepspeed_param|_broadcast_model"
+            r"|from_pretrained|\bload_model\(|load_checkpoint_in_model|Trainer\(",
+        ),
+        ("activations_backward", r"backward|run_backward|autograd"),
+        ("activations_forward", r"forward|attention|softmax|_call_impl|matmul|\bmlp\b"),
+    )
+)
+"""OOM phase by the code on the traceback, most specific first: a parameter gather inside the
+backward pass is a gather, an optimizer step inside `trainer.train` is the optimizer."""
+
+
+def oom_phase(context: list[LogLine]) -> tuple[str, LogLine | None]:
+    for name, pattern in _PHASES:
+        for line in reversed(context):
+            if pattern.search(line.text):
+                return name, line
+    return "unknown", None
+
+
+def parse_oom(text: str) -> dict[str, int | None]:
+    """Numbers of a CUDA caching-allocator OOM message (old and torch>=2.1 wording)."""
+    gpu = re.search(r"\(GPU (\d+);|GPU (\d+) has a total capac", text)
+    return {
+        "tried": _size(r"Tried to allocate SIZE", text),
+        # torch 2.1 printed "total capacty" (sic): match the stem
+        "capacity": _size(r"SIZE total capac\w*", text) or _size(r"total capac\w* of SIZE", text),
+        "allocated": _size(r"SIZE already\s+allocated", text)
+        or _size(r"Of the allocated memory SIZE is allocated by PyTorch", text),
+        "free": _size(r"; SIZE free", text) or _size(r"of which SIZE is free", text),
+        "reserved": _size(r"SIZE reserved in total by PyTorch", text)
+        or _size(r"SIZE is reserved by PyTorch but unallocated", text),
+        "gpu": int(gpu.group(1) or gpu.group(2)) if gpu else None,
+    }
+
+
+def _gpu_oom(hit: Hit) -> None:
+    line, s = hit.line, hit.scan
+    if not hit.says("out of memory", "OutOfMemoryError", "CUBLAS_STATUS_ALLOC_FAILED"):
+        return
+    s.oom_count += 1
+    if len(s.ooms) >= MAX_EVENTS:
+        return
+    numbers = parse_oom(hit.wrapped(2048))
+    phase, where = oom_phase([*hit.before(line.rank), line])
+    if phase == "unknown" and line.rank is not None:
+        # interleaved ranks: the traceback may have been printed under another rank's prefix
+        phase, where = oom_phase([*hit.before(None), line])
+    if phase == "unknown":
+        # HF/accelerate and multi-rank logs often print the message before the traceback
+        phase, where = oom_phase(hit.after(EXCEPTION_LINE.match))
+    s.ooms.append(Oom(line, phase=phase, phase_line=where, **numbers))
+
+
+def primary_oom(scan: Scan) -> Oom | None:
+    """The OOM with the most numbers (the allocator's full message), earliest first."""
+    if not scan.ooms:
+        return None
+    return max(
+        scan.ooms,
+        key=lambda o: (sum(v is not None for v in (o.tried, o.capacity, o.allocated)), -o.line.number),
+    )
+
+
+# ---- host memory --------------------------------------------------------------------------------------------------
+
+
+def _kernel_oom_killer(hit: Hit) -> None:
+    if hit.says("oom-kill", "Killed process", "oom_reaper"):
+        hit.scan.add(hit.scan.host_memory, hit.line)
+
+
+def _host_memory_report(hit: Hit) -> None:
+    """DeepSpeed's see_memory_usage: "CPU Virtual Memory:  used = 45.72 GB, percent = 6.1%"."""
+    if "CPU Virtual Memory" not in hit.line.text:
+        return
+    hit.scan.add(hit.scan.host_memory, hit.line)
+    m = re.search(r"used = ([\d.]+) GB, percent = ([\d.]+)%", hit.line.text)
+    if m:
+        hit.scan.facts["host_memory_used_percent"] = Fact(float(m.group(2)), hit.line)
+
+
+def _cpu_alloc(hit: Hit) -> None:
+    text = hit.line.text
+    if "DefaultCPUAllocator" in text and hit.says("can't allocate", "not enough memory"):
+        asked = re.search(r"allocate (\d+) bytes", text)
+        hit.scan.add(hit.scan.cpu_alloc_failures, (hit.line, int(asked.group(1)) if asked else None))
+
+
+_MA = re.compile(r"MA ([\d.]+) GB\s+Max_MA ([\d.]+) GB\s+CA ([\d.]+) GB\s+Max_CA ([\d.]+) GB")
+
+
+def _memory_report(hit: Hit) -> None:
+    """see_memory_usage's GPU line; its label is on the line before. The latest ones are kept."""
+    m = _MA.search(hit.line.text)
+    if not m:
+        return
+    prev = hit.previous_text()
+    label = prev.split("see_memory_usage]", 1)[1].strip() if "see_memory_usage]" in prev else ""
+    reports = hit.scan.memory_reports
+    if len(reports) >= MAX_EVENTS:
+        reports.pop(0)
+    reports.append(MemoryReport(label, hit.line, *(float(g) for g in m.groups())))
+
+
+# ---- NVMe offload ---------------------------------------------------------------------------------------------------
+
+
+def _aio(hit: Hit) -> None:
+    """DeepSpeed's async_io op not built or loaded, or a swap file read back short."""
+    text = hit.line.text
+    if (hit.says("async_io", "aio_handle", "nbytes != file bytes", "libaio")) and (
+        re.search(r"Error|Assertion|failed|Unable to|nbytes != file bytes", text)
+    ):
+        hit.scan.add(hit.scan.aio_errors, hit.line)
+
+
+SIGNALS = (
+    Signal("ooms", (rb"CUDA", rb"OutOfMemory", rb"CUBLAS_STATUS_ALLOC"), (_gpu_oom,)),
+    Signal("aio_errors", (rb"Unable to JIT load", rb"Assertion", rb"!= file bytes"), (_aio,)),
+    Signal("cpu_alloc_failures", (rb"DefaultCPUAllocator",), (_cpu_alloc,)),
+    Signal("host_memory", (rb"Kill", rb"CPU Virtual Memory"), (_kernel_oom_killer, _host_memory_report)),
+    Signal("memory_reports", (rb"Max_MA ",), (_memory_report,)),
+)

@@ -1,0 +1,86 @@
+"""NCCL signals: collectives that timed out or failed (torch's ProcessGroupNCCL watchdog), ranks out
+of step (TORCH_DISTRIBUTED_DEBUG=DETAIL's CollectiveFingerPrint lines and its "Detected mismatch
+between collectives")."""
+
+from __future__ import annotations
+
+import re
+
+from zerotune.diagnose.records import CollectiveFailure, LogLine, Scan
+from zerotune.diagnose.signals.signal import Hit, Signal
+
+_NCCL_WORK = re.compile(
+    r"WorkNCCL\(SeqNum=(\d+), OpType=(\w+)(?:, NumelIn=(\d+), NumelOut=(\d+))?, Timeout\(ms\)=(\d+)\)"
+)
+_RANK_IN_TEXT = re.compile(r"\[(?:PG [^\]]*?)?Rank (\d+)\]|\brank[ =:](\d+)\b", re.I)
+_FINGERPRINT = re.compile(r"Rank (\d+)\] Running collective: CollectiveFingerPrint\(SequenceNumber=(\d+)")
+
+
+def _failure(hit: Hit) -> None:
+    """The watchdog's WorkNCCL line (op, sequence number, size, timeout), its per-rank line, or an
+    NCCL error; the rank from the text, else from the line's prefix."""
+    text = hit.line.text
+    if not hit.says("NCCL", "nccl", "Exception (either"):
+        return
+    s = hit.scan
+    m = _NCCL_WORK.search(text)
+    rank_m = _RANK_IN_TEXT.search(text)
+    rank = int(rank_m.group(1) or rank_m.group(2)) if rank_m else hit.line.rank
+    if m:
+        kind = "timeout" if ("timeout" in text.lower() or "timed out" in text) else "error"
+        failure = CollectiveFailure(
+            hit.line,
+            kind,
+            op=m.group(2),
+            seq=int(m.group(1)),
+            numel=int(m.group(3)) if m.group(3) else None,
+            timeout_ms=int(m.group(5)),
+            rank=rank,
+        )
+        s.add(s.collectives, failure)
+    elif "Exception (either an error or timeout)" in text:
+        s.add(s.collectives, CollectiveFailure(hit.line, "timeout", rank=rank))
+    elif re.search(r"NCCL error|nccl\w+Error|NCCL communicator was aborted", text):
+        s.add(s.collectives, CollectiveFailure(hit.line, "error", rank=rank))
+
+
+def _mismatch(hit: Hit) -> None:
+    if "mismatch between collectives" in hit.line.text:
+        hit.scan.add(hit.scan.collectives, CollectiveFailure(hit.line, "desync", rank=hit.line.rank))
+
+
+def _fingerprint(hit: Hit) -> None:
+    """The latest collective sequence number each rank printed."""
+    m = _FINGERPRINT.search(hit.line.text)
+    if m:
+        rank, seq = int(m.group(1)), int(m.group(2))
+        if seq >= hit.scan.fingerprints.get(rank, (-1, hit.line))[0]:
+            hit.scan.fingerprints[rank] = (seq, hit.line)
+
+
+def desync(scan: Scan) -> tuple[list[int], list[LogLine]] | None:
+    """Ranks whose last collective sequence number trails the others (TORCH_DISTRIBUTED_DEBUG)."""
+    fps: dict[int, tuple[int, LogLine]] = scan.fingerprints
+    if len(fps) < 2:
+        return None
+    top = max(seq for seq, _ in fps.values())
+    behind = sorted(rank for rank, (seq, _) in fps.items() if seq < top)
+    if not behind:
+        return None
+    return behind, [line for _, line in fps.values()]
+
+
+SIGNALS = (
+    Signal(
+        "collectives",
+        (
+            rb"WorkNCCL",
+            rb"NCCL error",
+            rb"NCCL communicator",
+            rb"Detected mismatch between collectives",
+            rb"Exception \(either an error or timeout\)",  # the watchdog's per-rank line (no WorkNCCL on it)
+        ),
+        (_failure, _mismatch),
+    ),
+    Signal("fingerprints", (rb"CollectiveFingerPrint",), (_fingerprint,)),
+)

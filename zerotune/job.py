@@ -1,0 +1,331 @@
+"""One job: what every modelling command (memory, predict, recommend, validate, diagnose) reads the
+same way. `JobInputs` holds what the user said (its field descriptions are the CLI help, cli/options.py);
+`resolve_job` turns it, with a DeepSpeed config when there is one, into a `Job`: the model, the
+hardware resized to the ranks asked for, the resolved config and the `Workload` the models take.
+
+Each default is decided here once, and each one a user did not choose is said in `Job.notices`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from zerotune.catalog.hardware import default_profile, inputs_provenance, load_profile, with_counts
+from zerotune.catalog.models import adhoc_model, default_seq_len, load_model, position_warning, shape_note
+from zerotune.dsconfig.settings import ResolvedConfig, resolve
+from zerotune.errors import InputError
+from zerotune.model.fit import SAFETY_MARGIN, Verdict, fits
+from zerotune.schema.hardware import HardwareProfile
+from zerotune.schema.model import ModelSpec
+from zerotune.schema.workload import Workload
+from zerotune.units import GiB
+
+PRECISIONS = ("bf16", "fp16", "fp32")
+OPTIMIZERS = ("adamw", "adam", "sgd", "lion", "adagrad")
+
+
+class JobInputs(BaseModel):
+    """What a user says about the job. None means "not said": the config, the record `recommend`
+    wrote, the profile or a stated default decides (resolve_job)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    model: str | None = Field(None, description="Catalog model name, model profile .yaml or HF config.json.")
+    params: float | None = Field(None, description="Ad-hoc model with this many parameters (e.g. 7.5e9).")
+    layers: int | None = Field(None, description="Ad-hoc model: transformer blocks.")
+    hidden: int | None = Field(None, description="Ad-hoc model: hidden size.")
+    profile: str | None = Field(
+        None,
+        description="Hardware profile: catalog name or file (default: the cached calibration or probe, "
+        "else dgx-h100).",
+    )
+    gpus: int | None = Field(None, description="GPUs (ranks) per node (default: the profile's).")
+    nodes: int | None = Field(None, description="Nodes (default: the profile's).")
+    world_size: int | None = Field(None, description="Data-parallel ranks in total (instead of --gpus/--nodes).")
+    gpu_memory: float | None = Field(None, description="GPU memory in GiB, overriding the profile's.")
+    seq_len: int | None = Field(
+        None, description="Tokens per sequence (default: 2048, or the model's positions when fewer)."
+    )
+    micro_batch: int | None = Field(
+        None, description="Sequences per GPU per forward (default: the config's, else 1)."
+    )
+    grad_accum: int | None = Field(
+        None, description="Gradient accumulation steps (default: the config's, else 1)."
+    )
+    precision: str | None = Field(
+        None,
+        description='bf16, fp16 or fp32: the job\'s, or what fills a config\'s "auto" (default: bf16 '
+        "where the GPU has it, else fp16; fp32 on a CPU host).",
+    )
+    optimizer: str | None = Field(
+        None, description="adamw, adam, sgd, lion or adagrad when no config says (default adamw)."
+    )
+    checkpointing: bool | None = Field(
+        None, description="Activation checkpointing (recompute) in the training script (default: on)."
+    )
+    checkpoint_in_cpu: bool = Field(
+        False,
+        description="The checkpoints wait for backward in host memory (DeepSpeed cpu_checkpointing, "
+        "Megatron-DeepSpeed --checkpoint-in-cpu).",
+    )
+    hf: bool = Field(False, description='The config goes through HF Trainer: fill "auto" values as HF does.')
+    margin: float = Field(SAFETY_MARGIN, description="Memory safety margin on top of the predicted peak.")
+
+    def check(self) -> None:
+        """One-line input errors, before anything is loaded."""
+        for name in ("layers", "hidden", "gpus", "nodes", "world_size", "seq_len", "micro_batch", "grad_accum"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise InputError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
+        for name in ("params", "gpu_memory"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise InputError(f"--{name.replace('_', '-')} must be positive, got {value:g}")
+        if self.precision is not None and self.precision not in PRECISIONS:
+            raise InputError(f"--precision must be bf16, fp16 or fp32, got {self.precision!r}")
+        if self.optimizer is not None and self.optimizer not in OPTIMIZERS:
+            raise InputError(f"--optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}")
+        if not 0 <= self.margin < 1:
+            raise InputError(f"--margin must be in [0, 1), got {self.margin:g}")
+        if self.model is not None and self.adhoc:
+            raise InputError("--model and --params/--layers/--hidden are exclusive", hint="choose one")
+
+    @property
+    def adhoc(self) -> bool:
+        return self.params is not None or self.layers is not None or self.hidden is not None
+
+
+@dataclass
+class Job:
+    spec: ModelSpec
+    hardware: HardwareProfile
+    """The profile resized to the job's nodes x ranks per node."""
+    profile_ref: str
+    """What load_profile reads back (a catalog name or a path)."""
+    workload: Workload
+    resolved: ResolvedConfig | None
+    """The DeepSpeed config as DeepSpeed reads it; None for a job without a config (memory)."""
+    config: dict[str, Any] | None
+    """The config after HF's "auto" filling (when it had any)."""
+    margin: float
+    notices: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def ranks_per_node(self) -> int:
+        return self.workload.gpus_per_node
+
+    def memory(self) -> Any:
+        from zerotune.model.memory import estimate_memory
+
+        if self.resolved is None:
+            raise ValueError("a job without a config has no single memory estimate (compare_options)")
+        return estimate_memory(
+            self.spec, self.workload, self.resolved.zero, hardware=self.hardware, safety_margin=self.margin
+        )
+
+    def verdict(self, memory: Any) -> Verdict:
+        return fits(memory, self.hardware, self.ranks_per_node, self.margin)
+
+
+def batch_triple(train_batch: int | None, micro: int | None, accum: int | None, world: int) -> tuple[int, int]:
+    """(micro_batch, grad_accum) the way DeepSpeed infers them from the batch keys it was given
+    (docs/deepspeed-facts.md §3.1, deepspeed/runtime/config.py `_set_batch_related_parameters`)."""
+    if micro and accum:
+        return micro, accum
+    if train_batch and micro:
+        return micro, max(train_batch // micro // world, 1)
+    if train_batch and accum:
+        return max(train_batch // world // accum, 1), accum
+    if train_batch:
+        return max(train_batch // world, 1), 1
+    return micro or 1, accum or 1
+
+
+def load_spec(inputs: JobInputs, notices: list[str], recorded_model: str | None = None) -> ModelSpec:
+    if inputs.adhoc:
+        spec = adhoc_model(params=inputs.params, layers=inputs.layers, hidden=inputs.hidden)
+        notices.append(shape_note(spec))
+        return spec
+    if inputs.model is None and recorded_model is None:
+        raise InputError("give --model (or an ad-hoc shape with --params)", hint="e.g. --model llama-7b")
+    return load_model(inputs.model or recorded_model)
+
+
+def load_hardware(inputs: JobInputs, notices: list[str], recorded: str | None = None) -> tuple[HardwareProfile, str]:
+    """The profile named, else the one recommend recorded, else the default rule (catalog/hardware.py
+    default_profile), with its provenance said; --gpu-memory overrides its GPU size."""
+    if inputs.profile is not None or recorded:
+        ref = inputs.profile or recorded
+        hardware = load_profile(ref)
+    else:
+        hardware, ref = default_profile(notices)
+        notices.append(inputs_provenance(hardware, "bf16" if hardware.has_gpus else "fp32"))
+    if inputs.gpu_memory is not None:
+        if not hardware.has_gpus:
+            raise InputError(f"--gpu-memory: profile {hardware.name!r} has no GPUs", hint="pass a GPU --profile")
+        gpu = hardware.gpu.model_copy(update={"memory_bytes": int(inputs.gpu_memory * GiB)})
+        hardware = hardware.model_copy(update={"gpu": gpu})
+        notices.append(f"GPU memory {inputs.gpu_memory:g} GiB (--gpu-memory) instead of the profile's")
+    return hardware, ref
+
+
+def world(inputs: JobInputs, hardware: HardwareProfile, recorded: Workload | None = None) -> tuple[int, int]:
+    """(ranks per node, nodes): the flags, else the recorded workload, else the profile. A node can only
+    shrink (with_counts refuses more GPUs than the profile's node has); a host without GPUs runs gloo
+    ranks on one node."""
+    gpus, nodes, total = inputs.gpus, inputs.nodes, inputs.world_size
+    if total is None and gpus is None and nodes is None and recorded is not None:
+        return recorded.gpus_per_node, recorded.nodes
+    if not hardware.has_gpus:
+        if nodes not in (None, 1):
+            raise InputError(f"--nodes {nodes}: profile {hardware.name!r} is a host without GPUs (one node)")
+        ranks = total or gpus or (hardware.intra_node.ranks if hardware.intra_node else None) or 2
+        return ranks, 1
+    per_node = gpus or hardware.gpus_per_node
+    if total is not None:
+        if total <= per_node and nodes in (None, 1):
+            return total, 1
+        if total % per_node:
+            raise InputError(
+                f"--world-size {total} is not a multiple of {per_node} GPUs per node",
+                hint="pass --gpus/--nodes instead",
+            )
+        return per_node, total // per_node
+    return per_node, nodes or hardware.nodes
+
+
+def resolve_job(inputs: JobInputs, config: dict[str, Any] | None = None, record: dict[str, Any] | None = None) -> Job:
+    """The job `inputs` describe, running `config` (None: a job without a config, as `memory` compares
+    every stage). `record` is what `recommend` wrote next to the config (its workload, model, profile):
+    flags override it."""
+    inputs.check()
+    record = record or {}
+    notices: list[str] = []
+    recorded = Workload.model_validate(record["workload"]) if record.get("workload") else None
+    spec = load_spec(inputs, notices, record.get("model"))
+    hardware, ref = load_hardware(inputs, notices, record.get("profile"))
+    per_node, node_count = world(inputs, hardware, recorded)
+    if hardware.has_gpus and (per_node, node_count) != (hardware.gpus_per_node, hardware.nodes):
+        hardware = with_counts(hardware, gpus_per_node=per_node, nodes=node_count)
+    seq = inputs.seq_len or (recorded.seq_len if recorded else None)
+    if seq is None:
+        seq, note = default_seq_len(spec)
+        if note:
+            notices.append(note)
+    ckpt = inputs.checkpointing
+    if ckpt is None:
+        ckpt = recorded.activation_checkpointing if recorded else True
+        if recorded is None:
+            notices.append(
+                "activation checkpointing assumed on (it is the training script's switch, not a config key): "
+                "pass --no-checkpointing if the script does not enable it"
+            )
+    base = recorded or Workload()
+    update: dict[str, Any] = {
+        "seq_len": seq,
+        "activation_checkpointing": ckpt,
+        "checkpoint_in_cpu": inputs.checkpoint_in_cpu or base.checkpoint_in_cpu,
+        "gpus_per_node": per_node,
+        "nodes": node_count,
+    }
+    resolved = filled = None
+    if config is None:
+        update |= {
+            "micro_batch": inputs.micro_batch or 1,
+            "grad_accum": inputs.grad_accum or 1,
+            "precision": inputs.precision or _default_precision(hardware),
+            "optimizer": inputs.optimizer or "adamw",
+        }
+    else:
+        filled = _fill_auto(config, inputs, spec, hardware, recorded, record, per_node * node_count, notices)
+        resolved = resolve(filled)
+        if inputs.precision is not None and filled is config and inputs.precision != resolved.precision:
+            raise InputError(
+                f"--precision {inputs.precision} but the config enables {resolved.precision}",
+                hint='--precision only fills a config that leaves bf16/fp16 "auto"',
+            )
+        mb, ga = batch_triple(
+            resolved.train_batch_size, resolved.micro_batch, resolved.grad_accum, per_node * node_count
+        )
+        if recorded and resolved.micro_batch is None and resolved.train_batch_size is None:
+            mb, ga = recorded.micro_batch, recorded.grad_accum
+        optimizer = (resolved.optimizer_type or inputs.optimizer or "adamw").lower()
+        update |= {
+            "micro_batch": inputs.micro_batch or mb,
+            "grad_accum": inputs.grad_accum or ga,
+            "precision": resolved.precision,
+            "optimizer": optimizer if optimizer in OPTIMIZERS else "adamw",
+        }
+    workload = base.model_copy(update=update)
+    _check_bf16(workload, hardware)
+    section = (filled or {}).get("activation_checkpointing")
+    if isinstance(section, dict) and section.get("cpu_checkpointing") is True and not workload.checkpoint_in_cpu:
+        notices.append(
+            "the config sets activation_checkpointing.cpu_checkpointing, which applies only where the training "
+            "code calls deepspeed.checkpointing.configure (Megatron-DeepSpeed, not HF Trainer): "
+            "pass --checkpoint-in-cpu if yours does"
+        )
+    warnings = [w for w in (position_warning(spec, seq),) if w]
+    margin = float(record.get("safety_margin", inputs.margin))
+    return Job(spec, hardware, ref, workload, resolved, filled, margin, notices, warnings)
+
+
+def _fill_auto(config, inputs, spec, hardware, recorded, record, world_size, notices) -> dict[str, Any]:
+    """HF Trainer fills "auto" values from TrainingArguments and the hidden size before DeepSpeed sees
+    the config (dsconfig/hf_auto.py): model what will run, not DeepSpeed's defaults."""
+    from zerotune.dsconfig.emit import OPTIMIZER_PARAMS, auto_paths, fill_auto
+    from zerotune.dsconfig.hf_auto import hf_hidden_size_values
+
+    if not auto_paths(config):
+        return config
+    if not (inputs.hf or record.get("hf")):
+        notices.append('the config has "auto" values (HF Trainer fills them): predicting as HF would')
+    prec = inputs.precision or (recorded.precision if recorded else None)
+    if prec is None:
+        prec = _default_precision(hardware)
+        notices.append(f'precision "auto": assumed {prec} (HF --{prec}); pass --precision to change')
+    mb = inputs.micro_batch or (recorded.micro_batch if recorded else 1)
+    ga = inputs.grad_accum or (recorded.grad_accum if recorded else 1)
+    values: dict[str, Any] = {
+        "train_batch_size": mb * ga * world_size,
+        "train_micro_batch_size_per_gpu": mb,
+        "gradient_accumulation_steps": ga,
+        "gradient_clipping": 1.0,
+        "bf16.enabled": prec == "bf16",
+        "fp16.enabled": prec == "fp16",
+        **{f"optimizer.params.{k}": v for k, v in OPTIMIZER_PARAMS.items()},
+    }
+    for key, value in hf_hidden_size_values(spec).items():
+        values[f"zero_optimization.{key}"] = value
+    if record.get("hf_values") and inputs.micro_batch is None and inputs.grad_accum is None and inputs.precision is None:
+        values.update(record["hf_values"])
+    return fill_auto(config, values)
+
+
+def _default_precision(hardware: HardwareProfile) -> str:
+    from zerotune.search.space import choose_precision  # the search's rule: bf16 where the GPU has it
+
+    return choose_precision(hardware)
+
+
+def _check_bf16(workload: Workload, hardware: HardwareProfile) -> None:
+    gpu = hardware.gpu if hardware.has_gpus else None
+    if workload.precision == "bf16" and gpu is not None and gpu.bf16_supported is False:
+        raise InputError(
+            f"the job runs bf16 but {gpu.name} ({hardware.name}) has no bf16",
+            hint='use fp16 ("fp16": {"enabled": true}) on this GPU, or a bf16 profile',
+        )
+
+
+def check_step_inputs(job: Job) -> None:
+    """A step time needs the profile's FLOP/s at the job's precision (memory does not)."""
+    from zerotune.model.compute import achieved_flops
+
+    try:
+        achieved_flops(job.hardware, job.workload.precision)
+    except ValueError as exc:
+        raise InputError(f"{exc}", hint="use a profile with that precision, or change the config") from None

@@ -1,0 +1,104 @@
+"""Does a job fit: the one verdict every command gives (memory, predict, recommend, validate, diagnose).
+
+A job fits when, with one safety margin on top of every predicted peak,
+- each rank's memory fits its device: the GPU's memory, or on a host without GPUs its share of the
+  host RAM (every gloo rank lives in host memory), and
+- the offloaded states and pinned buffers of all ranks of a node fit the node's RAM.
+
+What the profile does not record is not guessed: the verdict says which check it could not make
+(`assumptions`) and `fits` is None when no check at all was possible.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from zerotune.model.memory import MemoryEstimate
+    from zerotune.schema.hardware import HardwareProfile
+
+SAFETY_MARGIN = 0.10
+"""Predicted peak x (1 + margin) must fit. The margin covers the caching allocator's fragmentation
+spikes and the memory model's own error: the model's peak is within 5-8% on the published runs
+(docs/accuracy.md, memory MAPE) and PyTorch documents that reserved memory runs above allocated by
+fragmentation that the allocator cannot return (torch.cuda memory management notes). One number for
+every command, so a config that `recommend` accepts never fails `validate`."""
+
+Reason = Literal["gpu", "rank", "host"]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    fits: bool | None
+    """False when a check failed; None when nothing could be checked (no GPU size, no host RAM)."""
+    reason: Reason | None
+    """Which check failed: "gpu" (GPU memory), "rank" (a CPU host's share of RAM per rank), "host"
+    (offload buffers of a node over its RAM)."""
+    margin: float
+    rank_bytes: int
+    """Predicted peak of one rank (GPU memory, or host memory on a host without GPUs)."""
+    rank_capacity_bytes: int | None
+    rank_capacity: str
+    """What `rank_capacity_bytes` is, in words."""
+    host_bytes: int
+    """Offloaded states and pinned buffers of one node."""
+    host_capacity_bytes: int | None
+    assumptions: tuple[str, ...]
+    """The checks that could not be made, in words a user can act on."""
+
+    @property
+    def headroom_bytes(self) -> int | None:
+        """Capacity - peak x (1 + margin) of one rank: >= 0 exactly when the rank check passes."""
+        if self.rank_capacity_bytes is None:
+            return None
+        return self.rank_capacity_bytes - padded(self.rank_bytes, self.margin)
+
+
+def padded(nbytes: int, margin: float) -> int:
+    """Bytes with the margin on top, rounded up (a fit is decided on whole bytes)."""
+    return math.ceil(nbytes * (1 + margin))
+
+
+def host_rank_capacity(hardware: HardwareProfile, ranks: int) -> tuple[int | None, str]:
+    """On a host without GPUs each rank's memory is host RAM: one of `ranks` equal shares of the RAM
+    that was available when the host was probed, else of the installed RAM. (None, why) without either."""
+    host = hardware.host
+    if host.ram_available_bytes:
+        return host.ram_available_bytes // max(ranks, 1), f"available host RAM / {ranks} ranks"
+    if host.ram_bytes:
+        return host.ram_bytes // max(ranks, 1), f"host RAM / {ranks} ranks"
+    return None, "the profile records no host RAM"
+
+
+def fits(
+    memory: MemoryEstimate, hardware: HardwareProfile, ranks_per_node: int, margin: float = SAFETY_MARGIN
+) -> Verdict:
+    """The verdict for one memory estimate of a job on `hardware` with `ranks_per_node` ranks a node."""
+    assumptions: list[str] = []
+    rank = memory.per_gpu.total
+    if hardware.has_gpus:
+        cap = memory.gpu_capacity_bytes
+        what = "GPU memory"
+        if cap is None:
+            assumptions.append(f"GPU memory NOT checked: profile {hardware.name!r} records no GPU memory size")
+    else:
+        cap, what = host_rank_capacity(hardware, ranks_per_node)
+        if cap is None:
+            assumptions.append(f"rank memory NOT checked: profile {hardware.name!r} records no host RAM")
+    host = memory.cpu_bytes_per_node
+    ram = hardware.host.ram_bytes
+    if host and not ram:
+        assumptions.append(
+            f"host RAM NOT checked: offload needs {host / 2**30:.1f} GiB per node and profile "
+            f"{hardware.name!r} records no host RAM"
+        )
+    reason: Reason | None = None
+    if cap is not None and padded(rank, margin) > cap:
+        reason = "gpu" if hardware.has_gpus else "rank"
+    elif ram and host and padded(host, margin) > ram:
+        reason = "host"
+    checked = cap is not None or bool(ram and host)
+    verdict = False if reason else (True if checked else None)
+    return Verdict(verdict, reason, margin, rank, cap, what, host, ram or None, tuple(assumptions))
