@@ -86,3 +86,36 @@ def test_bad_input_is_an_input_error() -> None:
         prepare([1, 2], nproc=2)  # type: ignore[arg-type]
     with pytest.raises(InputError):
         prepare({}, nproc=2, micro_batch=-1)
+
+
+OFFLOADED = {
+    "optimizer": {"type": "AdamW", "params": {"lr": 2e-4, "betas": [0.9, 0.95], "torch_adam": True}},
+    "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}},
+}
+
+
+def test_cuda_offload_lets_deepspeed_build_its_cpu_adam() -> None:
+    """On a GPU host real offload runs use DeepSpeedCPUAdam; a torch AdamW would measure another kernel."""
+    prepared = prepare(OFFLOADED, nproc=1, device="cuda")
+    assert prepared.optimizer is None
+    assert prepared.config["optimizer"] == {"type": "AdamW", "params": {"lr": 2e-4, "betas": [0.9, 0.95]}}
+    assert "zero_force_ds_cpu_optimizer" not in prepared.config
+    assert any("torch_adam" in note for note in prepared.notes)
+
+
+def test_cuda_offload_of_another_optimizer_is_measured_as_deepspeed_adamw() -> None:
+    user = {**OFFLOADED, "optimizer": {"type": "Lamb", "params": {"lr": 1e-3}}}
+    prepared = prepare(user, nproc=1, device="cuda")
+    assert prepared.optimizer is None and prepared.config["optimizer"]["type"] == "AdamW"
+    assert "zero_allow_untested_optimizer" not in prepared.config
+
+
+def test_cpu_offload_and_cuda_without_offload_keep_the_torch_optimizer() -> None:
+    """CPU must not JIT-compile DeepSpeed's ops (~90 s); without offload the GPU runs torch AdamW."""
+    on_cpu = prepare(OFFLOADED, nproc=1, device="cpu")
+    assert on_cpu.optimizer is not None and on_cpu.optimizer["type"] == "adamw"
+    assert "optimizer" not in on_cpu.config and on_cpu.config["zero_force_ds_cpu_optimizer"] is False
+    plain = {**OFFLOADED, "zero_optimization": {"stage": 2}}
+    assert prepare(plain, nproc=1, device="cuda").optimizer is not None
+    stage0 = {**OFFLOADED, "zero_optimization": {"stage": 0, "offload_optimizer": {"device": "cpu"}}}
+    assert prepare(stage0, nproc=1, device="cuda").optimizer is not None

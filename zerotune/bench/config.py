@@ -7,9 +7,14 @@ short, comparable, CPU-runnable measurement needs, saying so in `notes`:
 - on CPU precision is fp32: bf16 matmul runs ~150x slower than fp32 on a CPU without AVX-512 and
   fp16 is unsupported by DeepSpeed's CPU accelerator (docs/deepspeed-facts.md §8, "fp16/bf16 requested
   but unsupported");
-- the `optimizer` section becomes a torch optimizer passed to `deepspeed.initialize`: DeepSpeed's
-  own Adam on CPU is FusedAdam/CPUAdam, JIT-compiled at first use (~90 s). Adam/AdamW stay on
-  ZeRO's tested-optimizer list (deepspeed/runtime/engine.py `_do_optimizer_sanity_check`);
+- on CPU the `optimizer` section becomes a torch optimizer passed to `deepspeed.initialize`:
+  DeepSpeed's own Adam on CPU is FusedAdam/CPUAdam, JIT-compiled at first use (~90 s). Adam/AdamW
+  stay on ZeRO's tested-optimizer list (deepspeed/runtime/engine.py `_do_optimizer_sanity_check`);
+- on CUDA with the optimizer offloaded, the `optimizer` section stays (made Adam/AdamW if it is
+  missing or not an Adam) so that DeepSpeed builds DeepSpeedCPUAdam, the SIMD kernel real offload
+  runs use: a torch AdamW on the host is several times slower and would make the measured step
+  say nothing about the user's (deepspeed/runtime/engine.py `_configure_basic_optimizer` picks
+  DeepSpeedCPUAdam when `zero_cpu_offload()`; `torch_adam` is dropped because it forces torch);
 - the `scheduler` is dropped (a few steps measure time, not a schedule; HF "auto" values there
   would not resolve);
 - `wall_clock_breakdown` is switched on (DeepSpeed's fwd/bwd/step timers) and the comms logger is
@@ -48,8 +53,9 @@ _RUNNER_KEYS = (
 @dataclass
 class Prepared:
     config: dict[str, Any]
-    optimizer: dict[str, Any]
-    """{"type": "adamw" | "adam" | "sgd" | "adagrad", "params": {...}} for torch.optim."""
+    optimizer: dict[str, Any] | None
+    """{"type": "adamw" | "adam" | "sgd" | "adagrad", "params": {...}} for torch.optim; None when
+    DeepSpeed builds the optimizer from the config's `optimizer` section (CUDA, offloaded)."""
     micro_batch: int
     grad_accum: int
     notes: list[str] = field(default_factory=list)
@@ -98,11 +104,15 @@ def prepare(
                 config[key] = {"enabled": False}
             elif key in config and not isinstance(section, dict):
                 config.pop(key)
-    if read.zero.cpu_optimizer:  # the engine refuses a client optimizer other than DeepSpeed's CPU ones
-        config["zero_force_ds_cpu_optimizer"] = False
-        notes.append("optimizer offload with a torch optimizer: zero_force_ds_cpu_optimizer set to false")
-
-    optimizer = _torch_optimizer(config.pop("optimizer", None), notes)
+    optimizer: dict[str, Any] | None
+    if device == "cuda" and read.zero.optimizer_offloaded:  # what users run: DeepSpeed's CPU Adam
+        config["optimizer"] = _deepspeed_adam(config.get("optimizer"), notes)
+        optimizer = None
+    else:
+        if read.zero.cpu_optimizer:  # the engine refuses a client optimizer other than its CPU ones
+            config["zero_force_ds_cpu_optimizer"] = False
+            notes.append("optimizer offload with a torch optimizer: zero_force_ds_cpu_optimizer set to false")
+        optimizer = _torch_optimizer(config.pop("optimizer", None), notes)
     if "scheduler" in config:
         config.pop("scheduler")
         notes.append("scheduler dropped (constant learning rate for the measured steps)")
@@ -110,7 +120,7 @@ def prepare(
         if key in config:
             config.pop(key)
             notes.append(f"{key} removed (the bench drives its own measurement)")
-    if optimizer["type"] not in ("adam", "adamw"):
+    if optimizer is not None and optimizer["type"] not in ("adam", "adamw"):
         config["zero_allow_untested_optimizer"] = True
     config["wall_clock_breakdown"] = True
     config["steps_per_print"] = 1_000_000
@@ -138,3 +148,21 @@ def _torch_optimizer(section: Any, notes: list[str]) -> dict[str, Any]:
         notes.append(f"optimizer params ignored by the torch {kind}: {', '.join(dropped)}")
     notes.append(f"optimizer {section.get('type')!r} runs as torch.optim.{kind} (no JIT-built DeepSpeed op)")
     return {"type": kind, "params": params}
+
+
+def _deepspeed_adam(section: Any, notes: list[str]) -> dict[str, Any]:
+    """The config's Adam/AdamW section for DeepSpeed to build (DeepSpeedCPUAdam under offload);
+    any other optimizer, or none, becomes AdamW: the offload path the bench can measure."""
+    name = str(section.get("type", "")).lower() if isinstance(section, dict) else ""
+    if name not in ("adam", "adamw"):
+        what = f"optimizer {section.get('type')!r}" if isinstance(section, dict) else "no optimizer section"
+        notes.append(f"{what}: measured as DeepSpeed AdamW (DeepSpeedCPUAdam under offload, lr {DEFAULT_LR:g})")
+        return {"type": "AdamW", "params": {"lr": DEFAULT_LR}}
+    raw = section.get("params") if isinstance(section.get("params"), dict) else {}
+    params = {k: v for k, v in raw.items() if k in _OPTIMIZER_PARAMS["adamw"] and v not in (None, "auto")}
+    params.setdefault("lr", DEFAULT_LR)
+    dropped = sorted(set(raw) - set(params))
+    if dropped:
+        notes.append(f"optimizer params dropped so DeepSpeed builds its CPU Adam: {', '.join(dropped)}")
+    notes.append(f"optimizer {section.get('type')!r} built by DeepSpeed (DeepSpeedCPUAdam under offload)")
+    return {"type": section.get("type"), "params": params}

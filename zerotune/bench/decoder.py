@@ -51,6 +51,7 @@ def _classes() -> Any:
     import torch
     import torch.nn.functional as F
     from torch import nn
+    from torch.utils.checkpoint import checkpoint
 
     class RMSNorm(nn.Module):
         def __init__(self, dim: int) -> None:
@@ -150,6 +151,7 @@ def _classes() -> Any:
             self.blocks = nn.ModuleList(Block(spec) for _ in range(spec.num_layers))
             self.norm = RMSNorm(spec.hidden_size)
             self.head = Head(spec, self.embed)
+            self.checkpointing = False
             for name, param in self.named_parameters():
                 if param.dim() == 2:
                     nn.init.normal_(param, mean=0.0, std=INIT_STD)
@@ -164,7 +166,12 @@ def _classes() -> Any:
         def forward(self, input_ids: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
             x = self.embed(input_ids)
             for block in self.blocks:
-                x = block(x)
+                # activation checkpointing as HF's gradient_checkpointing_enable does it: each
+                # block's activations are recomputed in backward (torch non-reentrant checkpoint)
+                if self.checkpointing and self.training:
+                    x = checkpoint(block, x, use_reentrant=False)
+                else:
+                    x = block(x)
             logits = self.head(self.norm(x))
             return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), labels.reshape(-1))
 

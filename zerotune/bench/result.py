@@ -34,6 +34,7 @@ class Proxy(_Model):
     nproc: int
     grad_accum: int
     nodes: int = 1
+    activation_checkpointing: bool = Field(False, description="blocks recomputed in backward")
 
 
 class Phases(_Model):
@@ -127,6 +128,9 @@ class Prediction(_Model):
     provenance: str | None = Field(
         None, description="calibrated (date) or probe-only with its expected error band"
     )
+    peak_memory_bytes: int | None = Field(
+        None, description="zerotune.model.memory's per-GPU peak for the proxy (no margin)"
+    )
 
 
 class BenchResult(_Model):
@@ -164,6 +168,10 @@ class BenchResult(_Model):
     peak_memory_bytes: list[int] = Field(description="per rank")
     baseline_memory_bytes: list[int] = Field(description="per rank, before the model was built (CPU)")
     memory_method: str = Field(description="how peak_memory_bytes was measured")
+    peak_reserved_bytes: list[int] | None = Field(
+        None, description="per rank, torch.cuda.max_memory_reserved (CUDA only)"
+    )
+    optimizer_class: str | None = Field(None, description="the optimizer that ran the update (rank 0)")
     losses: dict[str, list[float]] = Field(description="stage -> rank 0 loss per optimizer step")
     parity: Parity | None = None
     prediction: Prediction | None = None

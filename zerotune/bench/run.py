@@ -94,6 +94,7 @@ def run_bench(
     fault: dict[str, Any] | None = None,
     launcher: Launcher | None = None,
     nodes: int = 1,
+    activation_checkpointing: bool = False,
 ) -> BenchResult:
     """Measure real DeepSpeed steps of a proxy of `model` under `config` (see module doc).
 
@@ -158,6 +159,7 @@ def run_bench(
             "collective_timeout_s": max(30.0, timeout_s / 2),
             "threads_per_rank": max(1, (os.cpu_count() or 1) // max(1, nproc // nodes)) if kind == "cpu" else 1,
             "fault": fault,
+            "activation_checkpointing": activation_checkpointing,
         }
 
     say = progress or (lambda message: None)
@@ -197,6 +199,7 @@ def run_bench(
             nproc=nproc,
             grad_accum=prepared.grad_accum,
             nodes=nodes,
+            activation_checkpointing=activation_checkpointing,
         ),
         step_time_precision_pct=noise.relative_precision(times) * 100 if len(times) >= 3 else None,
         step_time_spread_pct=noise.spread(times) * 100,
@@ -215,6 +218,10 @@ def run_bench(
         peak_memory_bytes=[r["peak_memory_bytes"] for r in ranks],
         baseline_memory_bytes=[r["baseline_memory_bytes"] for r in ranks],
         memory_method=rank0["memory_method"],
+        peak_reserved_bytes=[r["peak_reserved_bytes"] for r in ranks]
+        if all(r.get("peak_reserved_bytes") is not None for r in ranks)
+        else None,
+        optimizer_class=rank0.get("optimizer_class"),
         losses={str(s): runs[s][0]["losses"] for s in sorted(runs)},
         parity=parity(runs) if compare_stages else None,
         notes=notes,
@@ -286,7 +293,7 @@ def proxy_workload(proxy: Proxy) -> Any:
         grad_accum=proxy.grad_accum,
         precision=proxy.dtype,
         optimizer="adamw",
-        activation_checkpointing=False,
+        activation_checkpointing=proxy.activation_checkpointing,
         gpus_per_node=max(1, proxy.nproc // proxy.nodes),
         nodes=proxy.nodes,
     )
@@ -360,7 +367,28 @@ def parity(runs: dict[int, list[dict[str, Any]]], rtol: float = PARITY_RTOL) -> 
 
 
 def predict(result: BenchResult, hardware: Any) -> Prediction:
-    """The step-time model's prediction for the same proxy, workload and config, when available."""
+    """The models' prediction for the same proxy, workload and config: step time when a profile is
+    given, the per-GPU memory peak always (it needs no measured rate)."""
+    prediction = _predict_step(result, hardware)
+    return prediction.model_copy(update={"peak_memory_bytes": predict_memory(result)})
+
+
+def predict_memory(result: BenchResult) -> int | None:
+    """zerotune.model.memory's per-GPU peak (no safety margin) for the proxy the bench ran."""
+    try:
+        from zerotune.model.memory import estimate_memory
+
+        estimate = estimate_memory(
+            ModelSpec.model_validate(result.proxy.model),
+            proxy_workload(result.proxy),
+            resolve(result.config).zero,
+        )
+    except Exception:  # noqa: BLE001 - the model is another component: never fail the measurement
+        return None
+    return int(estimate.per_gpu.total)
+
+
+def _predict_step(result: BenchResult, hardware: Any) -> Prediction:
     try:
         from zerotune.model.step import predict_step
     except ImportError:

@@ -124,14 +124,21 @@ def _run(task: dict[str, Any], rank: int, world: int) -> dict[str, Any]:
         raise AssertionError(f"proxy has {counted} parameters, the spec says {spec.params}")
     device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", rank))) if cuda else torch.device("cpu")
     model = model.to(device)
+    checkpointing = bool(task.get("activation_checkpointing"))
+    model.checkpointing = checkpointing
     opt = task["optimizer"]
-    optimizer = getattr(torch.optim, _OPTIMIZERS[opt["type"]])(model.parameters(), **opt["params"])
-
     _report(task, rank, "deepspeed.initialize")
-    engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=task["config"])
+    if opt is None:  # DeepSpeed builds the config's optimizer (DeepSpeedCPUAdam under offload)
+        engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=task["config"])
+    else:
+        optimizer = getattr(torch.optim, _OPTIMIZERS[opt["type"]])(model.parameters(), **opt["params"])
+        engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=task["config"])
     clock = _Clock(torch, cuda)
     marks = _Marks(clock)
-    handles = marks.attach(engine.module.timed_modules(), task["layer_names"])
+    # Under recompute a block's forward hooks fire again inside backward, so its marks would not
+    # pair up: per-module timing is off then, and only the step and its phases are measured.
+    modules = [] if checkpointing else engine.module.timed_modules()
+    handles = marks.attach(modules, task["layer_names"])
     recorder = _CommRecorder(dscomm, clock)
 
     batches = _Batches(torch, task, rank, device)
@@ -204,8 +211,11 @@ def _run(task: dict[str, Any], rank: int, world: int) -> dict[str, Any]:
         handle.remove()
 
     _report(task, rank, "finish")
+    reserved = None
     if cuda:
         peak, method = torch.cuda.max_memory_allocated(device), "torch.cuda.max_memory_allocated"
+        # what the caching allocator held at its peak: the figure an OOM is decided against
+        reserved = int(torch.cuda.max_memory_reserved(device))
     else:
         peak, method = _rss_bytes(), "peak RSS of the rank process (getrusage ru_maxrss)"
     tdist.barrier()
@@ -218,6 +228,8 @@ def _run(task: dict[str, Any], rank: int, world: int) -> dict[str, Any]:
         "logged_step_times_s": logged_times,
         "logged_steps": logged_steps,
         "peak_memory_bytes": int(peak),
+        "peak_reserved_bytes": reserved,
+        "optimizer_class": _optimizer_class(engine),
         "baseline_memory_bytes": int(baseline),
         "memory_method": method,
         "device": torch.cuda.get_device_name(device) if cuda else "cpu",
@@ -226,6 +238,13 @@ def _run(task: dict[str, Any], rank: int, world: int) -> dict[str, Any]:
         "torch_version": torch.__version__,
         "stop_reason": stop.reason,
     }
+
+
+def _optimizer_class(engine: Any) -> str | None:
+    """The class doing the update: ZeRO and the bf16/fp16 wrappers keep it as `.optimizer`."""
+    opt = engine.optimizer
+    inner = getattr(opt, "optimizer", None)
+    return type(inner if inner is not None else opt).__name__ if opt is not None else None
 
 
 class _Clock:

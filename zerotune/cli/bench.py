@@ -113,6 +113,13 @@ def command(
     hf: Annotated[
         bool, typer.Option("--hf", help='Fill HF "auto" values as the Hugging Face Trainer would.')
     ] = False,
+    checkpointing: Annotated[
+        bool,
+        typer.Option(
+            "--checkpointing/--no-checkpointing",
+            help="Recompute each block's activations in backward (HF gradient checkpointing).",
+        ),
+    ] = False,
     calibrate: Annotated[
         bool,
         typer.Option("--calibrate", help="Run `zerotune calibrate` instead (same --model, --nproc, --device)."),
@@ -185,6 +192,7 @@ def command(
             timeout_s=timeout,
             compare_stages=compare_stages,
             hardware=hardware,
+            activation_checkpointing=checkpointing,
             progress=lambda message: status.update(f"bench: {message}"),
         )
     text = result.model_dump_json(indent=2)
