@@ -11,91 +11,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from zerotune.catalog.hardware import default_profile, inputs_provenance, load_profile, with_counts
 from zerotune.catalog.models import adhoc_model, default_seq_len, load_model, position_warning, shape_note
 from zerotune.dsconfig.settings import ResolvedConfig, resolve
 from zerotune.errors import InputError
-from zerotune.model.fit import SAFETY_MARGIN, Verdict, fits
+from zerotune.model.fit import Verdict, fits
 from zerotune.schema.hardware import HardwareProfile
+from zerotune.schema.job import OPTIMIZERS, JobInputs
 from zerotune.schema.model import ModelSpec
 from zerotune.schema.workload import Workload
 from zerotune.units import GiB
-
-PRECISIONS = ("bf16", "fp16", "fp32")
-OPTIMIZERS = ("adamw", "adam", "sgd", "lion", "adagrad")
-
-
-class JobInputs(BaseModel):
-    """What a user says about the job. None means "not said": the config, the record `recommend`
-    wrote, the profile or a stated default decides (resolve_job)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    model: str | None = Field(None, description="Catalog model name, model profile .yaml or HF config.json.")
-    params: float | None = Field(None, description="Ad-hoc model with this many parameters (e.g. 7.5e9).")
-    layers: int | None = Field(None, description="Ad-hoc model: transformer blocks.")
-    hidden: int | None = Field(None, description="Ad-hoc model: hidden size.")
-    profile: str | None = Field(
-        None,
-        description="Hardware profile: catalog name or file (default: the cached calibration or probe, "
-        "else dgx-h100).",
-    )
-    gpus: int | None = Field(None, description="GPUs (ranks) per node (default: the profile's).")
-    nodes: int | None = Field(None, description="Nodes (default: the profile's).")
-    world_size: int | None = Field(None, description="Data-parallel ranks in total (instead of --gpus/--nodes).")
-    gpu_memory: float | None = Field(None, description="GPU memory in GiB, overriding the profile's.")
-    seq_len: int | None = Field(
-        None, description="Tokens per sequence (default: 2048, or the model's positions when fewer)."
-    )
-    micro_batch: int | None = Field(
-        None, description="Sequences per GPU per forward (default: the config's, else 1)."
-    )
-    grad_accum: int | None = Field(
-        None, description="Gradient accumulation steps (default: the config's, else 1)."
-    )
-    precision: str | None = Field(
-        None,
-        description='bf16, fp16 or fp32: the job\'s, or what fills a config\'s "auto" (default: bf16 '
-        "where the GPU has it, else fp16; fp32 on a CPU host).",
-    )
-    optimizer: str | None = Field(
-        None, description="adamw, adam, sgd, lion or adagrad when no config says (default adamw)."
-    )
-    checkpointing: bool | None = Field(
-        None, description="Activation checkpointing (recompute) in the training script (default: on)."
-    )
-    checkpoint_in_cpu: bool = Field(
-        False,
-        description="The checkpoints wait for backward in host memory (DeepSpeed cpu_checkpointing, "
-        "Megatron-DeepSpeed --checkpoint-in-cpu).",
-    )
-    hf: bool = Field(False, description='The config goes through HF Trainer: fill "auto" values as HF does.')
-    margin: float = Field(SAFETY_MARGIN, description="Memory safety margin on top of the predicted peak.")
-
-    def check(self) -> None:
-        """One-line input errors, before anything is loaded."""
-        for name in ("layers", "hidden", "gpus", "nodes", "world_size", "seq_len", "micro_batch", "grad_accum"):
-            value = getattr(self, name)
-            if value is not None and value < 1:
-                raise InputError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
-        for name in ("params", "gpu_memory"):
-            value = getattr(self, name)
-            if value is not None and not value > 0:
-                raise InputError(f"--{name.replace('_', '-')} must be positive, got {value:g}")
-        if self.precision is not None and self.precision not in PRECISIONS:
-            raise InputError(f"--precision must be bf16, fp16 or fp32, got {self.precision!r}")
-        if self.optimizer is not None and self.optimizer not in OPTIMIZERS:
-            raise InputError(f"--optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}")
-        if not 0 <= self.margin < 1:
-            raise InputError(f"--margin must be in [0, 1), got {self.margin:g}")
-        if self.model is not None and self.adhoc:
-            raise InputError("--model and --params/--layers/--hidden are exclusive", hint="choose one")
-
-    @property
-    def adhoc(self) -> bool:
-        return self.params is not None or self.layers is not None or self.hidden is not None
 
 
 @dataclass
@@ -237,7 +162,7 @@ def resolve_job(inputs: JobInputs, config: dict[str, Any] | None = None, record:
         update |= {
             "micro_batch": inputs.micro_batch or 1,
             "grad_accum": inputs.grad_accum or 1,
-            "precision": inputs.precision or _default_precision(hardware),
+            "precision": inputs.precision or hardware.default_precision,
             "optimizer": inputs.optimizer or "adamw",
         }
     else:
@@ -286,7 +211,7 @@ def _fill_auto(config, inputs, spec, hardware, recorded, record, world_size, not
         notices.append('the config has "auto" values (HF Trainer fills them): predicting as HF would')
     prec = inputs.precision or (recorded.precision if recorded else None)
     if prec is None:
-        prec = _default_precision(hardware)
+        prec = hardware.default_precision
         notices.append(f'precision "auto": assumed {prec} (HF --{prec}); pass --precision to change')
     mb = inputs.micro_batch or (recorded.micro_batch if recorded else 1)
     ga = inputs.grad_accum or (recorded.grad_accum if recorded else 1)
@@ -304,12 +229,6 @@ def _fill_auto(config, inputs, spec, hardware, recorded, record, world_size, not
     if record.get("hf_values") and inputs.micro_batch is None and inputs.grad_accum is None and inputs.precision is None:
         values.update(record["hf_values"])
     return fill_auto(config, values)
-
-
-def _default_precision(hardware: HardwareProfile) -> str:
-    from zerotune.search.space import choose_precision  # the search's rule: bf16 where the GPU has it
-
-    return choose_precision(hardware)
 
 
 def _check_bf16(workload: Workload, hardware: HardwareProfile) -> None:

@@ -6,6 +6,7 @@ import json
 from dataclasses import asdict
 
 from zerotune.cli import options as o
+from zerotune.schema.job import SAFETY_MARGIN, JobInputs
 
 NAME = "memory"
 HELP = "Per-GPU memory of every ZeRO stage and offload option (model states, buffers, activations)."
@@ -28,10 +29,10 @@ def command(
     optimizer: o.Optimizer = None,
     checkpointing: o.Checkpointing = None,
     checkpoint_in_cpu: o.CheckpointInCpu = False,
-    margin: o.Margin = 0.10,
+    margin: o.Margin = SAFETY_MARGIN,
     json_out: o.JsonOut = False,
 ) -> None:
-    from zerotune.job import JobInputs, resolve_job
+    from zerotune.job import resolve_job
     from zerotune.model.activations import ASSUMPTIONS
     from zerotune.model.memory import compare_options
     from zerotune.render import console
@@ -46,7 +47,7 @@ def command(
     job = resolve_job(inputs)
     rows = compare_options(job.spec, job.workload, hardware=job.hardware, safety_margin=job.margin)
     verdicts = [job.verdict(row.estimate) for row in rows]
-    if not job.hardware.has_gpus and verdicts[0].rank_capacity_bytes is not None:
+    if not verdicts[0].on_gpu and verdicts[0].rank_capacity_bytes is not None:
         job.notices.append(
             f"profile {job.hardware.name!r} has no GPUs: each rank's memory is host RAM "
             f"({fmt_bytes(verdicts[0].rank_capacity_bytes)}, {verdicts[0].rank_capacity})"

@@ -13,12 +13,12 @@ Distributed = Annotated[
 Fault = Annotated[str | None, typer.Option("--fault", hidden=True, help="Test only: JSON fault injection.")]
 
 
-# The job options: one definition each, with zerotune.job.JobInputs' field descriptions as the help,
+# The job options: one definition each, with zerotune.schema.job.JobInputs' field descriptions as the help,
 # so memory, predict, recommend and validate describe a job with the same words and defaults.
 def _help(name: str) -> str:
-    from zerotune.job import JobInputs
+    from zerotune.schema.job import description
 
-    return JobInputs.model_fields[name].description or ""
+    return description(name)
 
 
 Model = Annotated[str | None, typer.Option(help=_help("model"))]

@@ -42,10 +42,11 @@ def command(
 ) -> None:
     from zerotune.dsconfig.emit import read_workload_record
     from zerotune.dsconfig.load import load_path, read_config
-    from zerotune.job import JobInputs, check_step_inputs, resolve_job
+    from zerotune.job import check_step_inputs, resolve_job
     from zerotune.model.step import predict_step
     from zerotune.render import console
     from zerotune.render import predict as render
+    from zerotune.schema.job import JobInputs
 
     inputs = JobInputs(
         model=model, params=params, layers=layers, hidden=hidden, profile=profile, seq_len=seq_len,

@@ -14,32 +14,20 @@ from typing import Annotated
 
 import typer
 
+from zerotune.cli import options as o
 from zerotune.errors import InputError
 from zerotune.files import refuse_overwrite
+from zerotune.schema.job import SAFETY_MARGIN, JobInputs
 
 NAME = "recommend"
 HELP = "Search the ZeRO configuration space and write the best DeepSpeed config, with reasons."
 
 
-def default_profile(notices: list[str]) -> tuple[object, str]:
-    """The profile when --profile is not given (one rule for every command: catalog/hardware.py
-    default_profile), and a reference load_profile reads back; the choice and the provenance of
-    its numbers are added to `notices`."""
-    from zerotune.catalog.hardware import default_profile as rule
-    from zerotune.catalog.hardware import inputs_provenance
-
-    profile, ref = rule(notices)
-    notices.append(inputs_provenance(profile, "bf16" if profile.has_gpus else "fp32"))
-    return profile, ref
-
-
 def _hardware(profile: str | None, gpus: int | None, nodes: int | None, notices: list[str]):
-    from zerotune.catalog.hardware import load_profile, with_counts
+    from zerotune.catalog.hardware import with_counts
+    from zerotune.job import load_hardware
 
-    if profile is not None:
-        hw, ref = load_profile(profile), profile
-    else:
-        hw, ref = default_profile(notices)
+    hw, ref = load_hardware(JobInputs(profile=profile), notices)  # the rule every command uses
     world = None
     if hw.has_gpus:
         if gpus is not None or nodes is not None:
@@ -59,18 +47,10 @@ def _targets(out: Path | None, hjson: bool, accelerate: Path | None, force: bool
 
 def command(
     model: Annotated[str, typer.Option(help="Catalog model name or a Hugging Face config.json.")],
-    profile: Annotated[
-        str | None,
-        typer.Option(help="Hardware profile (catalog name or file); default: cached probe or dgx-h100."),
-    ] = None,
-    gpus: Annotated[
-        int | None, typer.Option(help="GPUs per node (ranks on a CPU host); default: the profile's.")
-    ] = None,
-    nodes: Annotated[int | None, typer.Option(help="Nodes; default: the profile's.")] = None,
-    seq_len: Annotated[
-        int | None,
-        typer.Option(help="Tokens per sequence (default: 2048, or the model's positions when fewer)."),
-    ] = None,
+    profile: o.Profile = None,
+    gpus: o.Gpus = None,
+    nodes: o.Nodes = None,
+    seq_len: o.SeqLen = None,
     global_batch_tokens: Annotated[
         int | None,
         typer.Option(
@@ -93,7 +73,7 @@ def command(
         float | None,
         typer.Option(help="Cluster price in USD/hour for --objective cost (default: the profile's)."),
     ] = None,
-    margin: Annotated[float, typer.Option(help="Memory safety margin on top of the predicted peak.")] = 0.10,
+    margin: o.Margin = SAFETY_MARGIN,
     out: Annotated[
         Path | None, typer.Option(help="Write the DeepSpeed JSON here (+ OUT.reasons.md).")
     ] = None,

@@ -15,16 +15,12 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
+from zerotune.schema.job import SAFETY_MARGIN  # the job asks for it; the verdict applies it
+
 if TYPE_CHECKING:
     from zerotune.model.memory import MemoryEstimate
     from zerotune.schema.hardware import HardwareProfile
 
-SAFETY_MARGIN = 0.10
-"""Predicted peak x (1 + margin) must fit. The margin covers the caching allocator's fragmentation
-spikes and the memory model's own error: the model's peak is within 5-8% on the published runs
-(docs/accuracy.md, memory MAPE) and PyTorch documents that reserved memory runs above allocated by
-fragmentation that the allocator cannot return (torch.cuda memory management notes). One number for
-every command, so a config that `recommend` accepts never fails `validate`."""
 
 Reason = Literal["gpu", "rank", "host"]
 
@@ -37,6 +33,8 @@ class Verdict:
     """Which check failed: "gpu" (GPU memory), "rank" (a CPU host's share of RAM per rank), "host"
     (offload buffers of a node over its RAM)."""
     margin: float
+    on_gpu: bool
+    """The rank's memory is a GPU's (else host RAM: a host without GPUs)."""
     rank_bytes: int
     """Predicted peak of one rank (GPU memory, or host memory on a host without GPUs)."""
     rank_capacity_bytes: int | None
@@ -101,4 +99,4 @@ def fits(
         reason = "host"
     checked = cap is not None or bool(ram and host)
     verdict = False if reason else (True if checked else None)
-    return Verdict(verdict, reason, margin, rank, cap, what, host, ram or None, tuple(assumptions))
+    return Verdict(verdict, reason, margin, hardware.has_gpus, rank, cap, what, host, ram or None, tuple(assumptions))

@@ -159,7 +159,7 @@ def verdict_lines(verdict: Verdict) -> list[str]:
             f"does NOT fit: offload needs {fmt_bytes(verdict.host_bytes)} of host RAM per node {m} vs "
             f"{fmt_bytes(verdict.host_capacity_bytes)}"
         )
-    elif verdict.rank_capacity != "GPU memory" and verdict.rank_capacity_bytes is not None:
+    elif not verdict.on_gpu and verdict.rank_capacity_bytes is not None:
         lines.append(
             f"a host without GPUs: rank memory is host RAM, {fmt_bytes(verdict.rank_capacity_bytes)} per rank "
             f"({verdict.rank_capacity})"

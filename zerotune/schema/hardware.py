@@ -265,3 +265,16 @@ class HardwareProfile(_Strict):
     @property
     def has_gpus(self) -> bool:
         return self.gpus_per_node > 0 and self.gpu is not None
+
+    @property
+    def default_precision(self) -> Literal["bf16", "fp16", "fp32"]:
+        """The precision a job runs when nobody says: bf16 where the GPU supports it (Ampere+), fp16 on
+        older GPUs, fp32 on a CPU host (bf16 matmuls are ~150x slower than fp32 on CPUs, fp16 is
+        unsupported)."""
+        if not self.has_gpus:
+            return "fp32"
+        if self.gpu.bf16_supported:
+            return "bf16"
+        if self.gpu.bf16_supported is None and (self.gpu.compute_capability or "0") >= "8.0":
+            return "bf16"
+        return "fp16"

@@ -47,7 +47,6 @@ from zerotune.search.space import (
     FINETUNE_GLOBAL_BATCH_SEQUENCES,
     STAGE3_KNOBS,
     Space,
-    choose_precision,
 )
 
 __all__ = [  # Evaluation lives in evaluate.py; the CLI imports it from here
@@ -201,7 +200,7 @@ def base_workload(hardware: HardwareProfile, request: SearchRequest) -> Workload
     per_node, nodes = world_size_of(hardware, request)
     return Workload(
         seq_len=request.seq_len,
-        precision=request.precision or choose_precision(hardware),
+        precision=request.precision or hardware.default_precision,
         optimizer="adamw",
         gpus_per_node=per_node,
         nodes=nodes,

@@ -8,7 +8,7 @@ evaluated by search/grids.py); this module adds the choices that are not zero_op
 - micro-batch x gradient accumulation for a target number of tokens per optimizer step
   (--global-batch-tokens, default 2**21 ~ 2.1M tokens: seed 002 and the Llama/Chinchilla-era
   recipes train at 1-4M tokens per step);
-- precision (choose_precision).
+- precision (HardwareProfile.default_precision).
 
 It also says which knob values DeepSpeed treats alike (memory_key, time_key), so the search memoises
 its models on them. The enumeration is deterministic: grids are sorted tuples, candidates come out in
@@ -39,7 +39,6 @@ __all__ = [  # Candidate and the grids moved out of this module; imported from h
     "Space",
     "batch_splits",
     "build_grids",
-    "choose_precision",
     "offload_choices",
     "workload_for",
 ]
@@ -78,18 +77,6 @@ def batch_splits(
             pairs.append((mb, ga))
         mb *= 2
     return tuple(dict.fromkeys(pairs))
-
-
-def choose_precision(hardware: HardwareProfile) -> Precision:
-    """bf16 where the GPU supports it (Ampere+), fp16 on older GPUs, fp32 on a CPU profile
-    (bf16 matmuls are ~150x slower than fp32 on CPUs, fp16 is unsupported)."""
-    if not hardware.has_gpus or hardware.gpu is None:
-        return "fp32"
-    if hardware.gpu.bf16_supported:
-        return "bf16"
-    if hardware.gpu.bf16_supported is None and (hardware.gpu.compute_capability or "0") >= "8.0":
-        return "bf16"
-    return "fp16"
 
 
 def offload_choices(

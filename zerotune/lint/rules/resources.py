@@ -78,8 +78,16 @@ def judged(ctx: Context) -> tuple[Any, Any, Any] | None:
     o = ctx.options
     if not o.model or not (o.profile or o.gpu_memory_gib):
         return None
+    if "job" not in ctx.memo:  # three rules ask; the job is resolved once per file
+        ctx.memo["job"] = _judge(ctx)
+    return ctx.memo["job"]
+
+
+def _judge(ctx: Context) -> tuple[Any, Any, Any]:
+    o = ctx.options
     from zerotune.catalog.hardware import DEFAULT_PROFILE
-    from zerotune.job import JobInputs, resolve_job
+    from zerotune.job import resolve_job
+    from zerotune.schema.job import JobInputs
 
     inputs = JobInputs(
         model=o.model, profile=o.profile or DEFAULT_PROFILE, gpus=o.gpus, world_size=o.world_size,
@@ -88,11 +96,6 @@ def judged(ctx: Context) -> tuple[Any, Any, Any] | None:
     job = resolve_job(inputs, ctx.config)
     memory = job.memory()
     return memory, job.verdict(memory), job.workload
-
-
-def estimate(ctx: Context) -> Any:
-    found = judged(ctx)
-    return found[0] if found else None
 
 
 class GpuMemoryExceeded(Rule):

@@ -1,0 +1,102 @@
+"""What a user says about a job (the CLI's job options, defined once: cli/options.py takes their help
+from these field descriptions). zerotune.job.resolve_job decides what is not said."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+from zerotune.errors import InputError
+
+PRECISIONS = ("bf16", "fp16", "fp32")
+OPTIMIZERS = ("adamw", "adam", "sgd", "lion", "adagrad")
+
+SAFETY_MARGIN = 0.10
+"""Predicted peak x (1 + margin) must fit (zerotune.model.fit). The margin covers the caching allocator's
+fragmentation spikes and the memory model's own error: the model's peak is within 5-8% on the published
+runs (docs/accuracy.md, memory MAPE) and PyTorch documents that reserved memory runs above allocated by
+fragmentation that the allocator cannot return (torch.cuda memory management notes). One number for
+every command, so a config that `recommend` accepts never fails `validate`."""
+
+
+def _said(default, description: str):
+    return field(default=default, metadata={"description": description})
+
+
+@dataclass(frozen=True)
+class JobInputs:
+    """What a user says about the job. None means "not said": the config, the record `recommend`
+    wrote, the profile or a stated default decides (resolve_job). A dataclass, not a pydantic model:
+    the CLI reads these descriptions at start-up, and pydantic's import alone doubles that."""
+
+    model: str | None = _said(None, "Catalog model name, model profile .yaml or HF config.json.")
+    params: float | None = _said(None, "Ad-hoc model with this many parameters (e.g. 7.5e9).")
+    layers: int | None = _said(None, "Ad-hoc model: transformer blocks.")
+    hidden: int | None = _said(None, "Ad-hoc model: hidden size.")
+    profile: str | None = _said(
+        None,
+        "Hardware profile: catalog name or file (default: the cached calibration or probe, else dgx-h100).",
+    )
+    gpus: int | None = _said(None, "GPUs (ranks) per node (default: the profile's).")
+    nodes: int | None = _said(None, "Nodes (default: the profile's).")
+    world_size: int | None = _said(None, "Data-parallel ranks in total (instead of --gpus/--nodes).")
+    gpu_memory: float | None = _said(None, "GPU memory in GiB, overriding the profile's.")
+    seq_len: int | None = _said(
+        None, "Tokens per sequence (default: 2048, or the model's positions when fewer)."
+    )
+    micro_batch: int | None = _said(None, "Sequences per GPU per forward (default: the config's, else 1).")
+    grad_accum: int | None = _said(None, "Gradient accumulation steps (default: the config's, else 1).")
+    precision: str | None = _said(
+        None,
+        "bf16, fp16 or fp32: the job's, or what fills a config's \"auto\" (default: bf16 "
+        "where the GPU has it, else fp16; fp32 on a CPU host).",
+    )
+    optimizer: str | None = _said(
+        None, "adamw, adam, sgd, lion or adagrad when no config says (default adamw)."
+    )
+    checkpointing: bool | None = _said(
+        None, "Activation checkpointing (recompute) in the training script (default: on)."
+    )
+    checkpoint_in_cpu: bool = _said(
+        False,
+        "The checkpoints wait for backward in host memory (DeepSpeed cpu_checkpointing, "
+        "Megatron-DeepSpeed --checkpoint-in-cpu).",
+    )
+    hf: bool = _said(False, 'The config goes through HF Trainer: fill "auto" values as HF does.')
+    margin: float = _said(SAFETY_MARGIN, "Memory safety margin on top of the predicted peak.")
+
+    def check(self) -> None:
+        """One-line input errors, before anything is loaded."""
+        for name in (
+            "layers",
+            "hidden",
+            "gpus",
+            "nodes",
+            "world_size",
+            "seq_len",
+            "micro_batch",
+            "grad_accum",
+        ):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise InputError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
+        for name in ("params", "gpu_memory"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise InputError(f"--{name.replace('_', '-')} must be positive, got {value:g}")
+        if self.precision is not None and self.precision not in PRECISIONS:
+            raise InputError(f"--precision must be bf16, fp16 or fp32, got {self.precision!r}")
+        if self.optimizer is not None and self.optimizer not in OPTIMIZERS:
+            raise InputError(f"--optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}")
+        if not 0 <= self.margin < 1:
+            raise InputError(f"--margin must be in [0, 1), got {self.margin:g}")
+        if self.model is not None and self.adhoc:
+            raise InputError("--model and --params/--layers/--hidden are exclusive", hint="choose one")
+
+    @property
+    def adhoc(self) -> bool:
+        return self.params is not None or self.layers is not None or self.hidden is not None
+
+
+def description(name: str) -> str:
+    """A field's description: the CLI help of its option."""
+    return next(f.metadata["description"] for f in fields(JobInputs) if f.name == name)
