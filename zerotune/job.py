@@ -16,6 +16,7 @@ from zerotune.catalog.models import adhoc_model, default_seq_len, load_model, po
 from zerotune.dsconfig.settings import ResolvedConfig, resolve
 from zerotune.errors import InputError
 from zerotune.model.fit import Verdict, fits
+from zerotune.model.memory import MemoryEstimate, estimate_memory
 from zerotune.schema.hardware import HardwareProfile
 from zerotune.schema.job import OPTIMIZERS, JobInputs
 from zerotune.schema.model import ModelSpec
@@ -28,8 +29,6 @@ class Job:
     spec: ModelSpec
     hardware: HardwareProfile
     """The profile resized to the job's nodes x ranks per node."""
-    profile_ref: str
-    """What load_profile reads back (a catalog name or a path)."""
     workload: Workload
     resolved: ResolvedConfig | None
     """The DeepSpeed config as DeepSpeed reads it; None for a job without a config (memory)."""
@@ -43,16 +42,14 @@ class Job:
     def ranks_per_node(self) -> int:
         return self.workload.gpus_per_node
 
-    def memory(self) -> Any:
-        from zerotune.model.memory import estimate_memory
-
+    def memory(self) -> MemoryEstimate:
         if self.resolved is None:
             raise ValueError("a job without a config has no single memory estimate (compare_options)")
         return estimate_memory(
             self.spec, self.workload, self.resolved.zero, hardware=self.hardware, safety_margin=self.margin
         )
 
-    def verdict(self, memory: Any) -> Verdict:
+    def verdict(self, memory: MemoryEstimate) -> Verdict:
         return fits(memory, self.hardware, self.ranks_per_node, self.margin)
 
 
@@ -132,7 +129,7 @@ def resolve_job(inputs: JobInputs, config: dict[str, Any] | None = None, record:
     notices: list[str] = []
     recorded = Workload.model_validate(record["workload"]) if record.get("workload") else None
     spec = load_spec(inputs, notices, record.get("model"))
-    hardware, ref = load_hardware(inputs, notices, record.get("profile"))
+    hardware, _ = load_hardware(inputs, notices, record.get("profile"))
     per_node, node_count = world(inputs, hardware, recorded)
     if hardware.has_gpus and (per_node, node_count) != (hardware.gpus_per_node, hardware.nodes):
         hardware = with_counts(hardware, gpus_per_node=per_node, nodes=node_count)
@@ -196,7 +193,7 @@ def resolve_job(inputs: JobInputs, config: dict[str, Any] | None = None, record:
         )
     warnings = [w for w in (position_warning(spec, seq),) if w]
     margin = float(record.get("safety_margin", inputs.margin))
-    return Job(spec, hardware, ref, workload, resolved, filled, margin, notices, warnings)
+    return Job(spec, hardware, workload, resolved, filled, margin, notices, warnings)
 
 
 def _fill_auto(config, inputs, spec, hardware, recorded, record, world_size, notices) -> dict[str, Any]:
