@@ -21,15 +21,11 @@ from zerotune.calibrate.check import (
     is_spike,
     needs_repeat,
 )
-from zerotune.calibrate.fit import (
-    CHI2_95,
-    OPTIMIZER_TERM,
-    bounded_alpha_beta,
-    bounded_lsq,
-    fit,
-    fit_overheads,
-)
+from zerotune.calibrate.fit import fit
 from zerotune.calibrate.load import foreign_cores, parse_proc_stat
+from zerotune.calibrate.lsq import bounded_lsq
+from zerotune.calibrate.overheads import CHI2_95, OPTIMIZER_TERM, fit_overheads
+from zerotune.calibrate.rates import bounded_alpha_beta
 from zerotune.collectives import busbw_factor
 
 # --------------------------------------------------------------------------- bounds

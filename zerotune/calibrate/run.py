@@ -88,6 +88,8 @@ class Outcome:
     notes: list[str] = field(default_factory=list)
     decision: Decision | None = None
     """Cache or not, in one line (zerotune/calibrate/check.py)."""
+    timings: dict[str, float] = field(default_factory=dict)
+    """Seconds per phase of the calibration (probe, design runs, fit and self-check), for --save-runs."""
 
 
 def base_profile(
@@ -132,6 +134,7 @@ def saved_runs(outcome: Outcome) -> dict[str, Any]:
         "names": [row.name for row in outcome.fit.runs],
         "base": outcome.base.model_dump(mode="json"),
         "runs": outcome.runs,
+        "timings_s": outcome.timings,
     }
 
 
@@ -188,6 +191,7 @@ def calibrate(options: CalibrateOptions, say: Say = lambda _: None) -> Outcome:
     if nproc < 2:
         raise InputError(f"--nproc {nproc}: calibration needs at least 2 ranks (collectives are fitted)")
     base, origin = base_profile(options, nproc, kind, deadline, say)
+    timings = {"probe": time.monotonic() - start}
     scale = options.width_scale or (1.0 if kind == "cuda" else CPU_WIDTH_SCALE)
     seq = options.seq_len or (CPU_SEQ_LEN if kind == "cpu" else min(2048, model.max_seq_len or 2048))
     plan = design(
@@ -208,6 +212,7 @@ def calibrate(options: CalibrateOptions, say: Say = lambda _: None) -> Outcome:
 
         def measure(label: str = label, run: DesignRun = run, first: bool = i == 1) -> dict[str, Any]:
             meter = LoadMeter()
+            t_run = time.monotonic()
             result = run_bench(
                 model,
                 run.config(),
@@ -232,6 +237,7 @@ def calibrate(options: CalibrateOptions, say: Say = lambda _: None) -> Outcome:
             )
             record = json.loads(result.model_dump_json())
             record["load"] = {**meter.stop().as_dict(), "cores": n_cores or None}
+            record["wall_s"] = time.monotonic() - t_run  # launch, engine init, steps, host memory
             return record
 
         t0 = time.monotonic()
@@ -239,17 +245,24 @@ def calibrate(options: CalibrateOptions, say: Say = lambda _: None) -> Outcome:
         why = needs_repeat(record, n_cores, REPEAT_PRECISION_PCT)
         if why and time.monotonic() - start + (time.monotonic() - t0) <= options.budget_s:
             say(f"{label}: measuring again: {why}")
-            record = calmer(record, measure(), n_cores)
+            again = measure()
+            kept = calmer(record, again, n_cores)
+            dropped = again if kept is record else record
+            kept["discarded"] = {k: dropped.get(k) for k in ("step_times_s", "step_time_s", "load", "wall_s")}
+            record = kept
             notes.append(f"{run.name}: measured twice ({why}); the calmer attempt kept")
         elif why:
             notes.append(f"{run.name}: {why}; not measured again (time budget {options.budget_s:g} s)")
         runs.append(record)
         names.append(run.name)
+    timings["design_runs"] = time.monotonic() - start - timings["probe"]
     say("fitting")
+    t_fit = time.monotonic()
     fitted = fit(runs, base, names=names)
+    timings["fit"] = time.monotonic() - t_fit
     fitted.notes[:0] = [f"calibrated {origin}", *notes]
     profile = fitted.profile
     if profile.calibration is not None:
         profile.calibration.notes[:0] = [f"base: {origin}", *notes]
     return Outcome(fit=fitted, base=base, design=plan, runs=runs, elapsed_s=time.monotonic() - start,
-                   decision=decision(fitted, options.repeats))  # fmt: skip
+                   decision=decision(fitted, options.repeats), timings=timings)  # fmt: skip
