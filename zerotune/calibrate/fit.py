@@ -43,7 +43,7 @@ from datetime import datetime, timezone
 
 from zerotune.calibrate.check import SelfCheck
 from zerotune.calibrate.crossval import leave_one_out
-from zerotune.calibrate.overheads import OPTIMIZER_TERM, fit_overheads, priors, with_overheads
+from zerotune.calibrate.overheads import OPTIMIZER_TERM, OverheadFit, fit_overheads, priors, with_overheads
 from zerotune.calibrate.rates import collective_rates, compute_rates, host_memory, optimizer_samples
 from zerotune.calibrate.stepmodel import Predictor, Run, measured_s, predict_run, stage_of
 from zerotune.schema.hardware import CalibratedValue, Calibration, HardwareProfile
@@ -126,6 +126,7 @@ def fit(
     probe_pred = [_safe(predictor, r, base) for r in runs]
     rates = profile
     status: dict[str, str] = {}
+    terms: OverheadFit | None = None
     try:
         terms = fit_overheads(runs, rates, predictor, notes, start=start, bounds=bounds)
         status, rms = terms.status, terms.rms
@@ -174,8 +175,8 @@ def fit(
             )
         )
     check = None
-    if self_check and rms is not None:
-        check = leave_one_out(runs, labels, rates, predictor, start, bounds, probe_pred)
+    if self_check and terms is not None:
+        check = leave_one_out(runs, labels, rates, predictor, start, bounds, probe_pred, terms)
         for row in rows:
             row.held_out_pct = check.held_out_pct.get(row.name)
     first = runs[0]

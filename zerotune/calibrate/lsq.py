@@ -7,7 +7,7 @@ import itertools
 import math
 
 
-def _solve(rows: list[list[float]], ys: list[float]) -> list[float] | None:
+def solve(rows: list[list[float]], ys: list[float]) -> list[float] | None:
     """Least squares by the normal equations (Gaussian elimination); None when singular."""
     k = len(rows[0]) if rows else 0
     if k == 0:
@@ -50,7 +50,7 @@ def bounded_lsq(
             continue
         free = [j for j, s in enumerate(states) if s == 0]
         rest = [y - sum(cols[j][i] * x[j] for j in range(k) if states[j]) for i, y in enumerate(ys)]
-        sol = _solve([[cols[j][i] for j in free] for i in range(m)], rest) if free else []
+        sol = solve([[cols[j][i] for j in free] for i in range(m)], rest) if free else []
         if sol is None:
             continue
         tol = 1e-9

@@ -5,7 +5,7 @@ in relative error, each term freed from its measured or sourced value only when 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from zerotune.calibrate.lsq import bounded_lsq
 from zerotune.calibrate.stepmodel import Predictor, Run, measured_s
@@ -47,6 +47,8 @@ class OverheadFit:
     """Relative RMS residual of the measured step times."""
     status: dict[str, str]
     """Term -> "fitted", "fitted, on its ... bound (...)" or "not identified: ..." (kept at its prior)."""
+    columns: dict[str, list[float]] = field(default_factory=dict)
+    """Term -> each run's relative step-time sensitivity to it (d step / d term / measured step)."""
 
     @property
     def fitted(self) -> list[str]:
@@ -66,6 +68,7 @@ def fit_overheads(
     notes: list[str],
     start: dict[str, float] | None = None,
     bounds: dict[str, tuple[float, float, str]] | None = None,
+    free: list[str] | None = None,
 ) -> OverheadFit:
     """The overhead terms (module doc), each within its bounds (zerotune/calibrate/bounds.py).
 
@@ -74,7 +77,8 @@ def fit_overheads(
     (low, high, why) beyond the generic ones (>= 0, and the term's share of every run <= the run).
     Terms are freed from their priors one at a time, the most useful first, while freeing one lowers
     the noise-weighted squared residual by more than CHI2_95; the others are "not identified" and
-    keep their priors. Two Gauss-Newton passes (the second corrects any non-linearity: overlap)."""
+    keep their priors. `free` names the terms to fit instead (the self-check's folds re-fit the full
+    fit's terms). Two Gauss-Newton passes (the second corrects any non-linearity: overlap)."""
     from zerotune.calibrate.bounds import term_ceiling
 
     measured = [measured_s(r) for r in runs]
@@ -82,7 +86,8 @@ def fit_overheads(
     prior.update(start or {})
     extra = bounds or {}
     solution = dict(prior)
-    free: list[str] | None = None
+    chosen = free
+    free = None
     status: dict[str, str] = {}
     box: dict[str, tuple[float, float, str]] = {}
     problem = _Linear({}, [], {}, prior)
@@ -118,7 +123,10 @@ def fit_overheads(
         ]
         problem = _Linear(columns, target, box, prior)
         if free is None:
-            free = _select(problem, len(runs), _run_noise(runs), status)
+            if chosen is None:
+                free = _select(problem, len(runs), _run_noise(runs), status)
+            else:
+                free = [n for n in chosen if n in columns]
         values, _ = problem.solve(free)
         solution = {**solution, **{n: prior[n] for n in columns}, **values}
     for name in free or []:
@@ -134,7 +142,7 @@ def fit_overheads(
     final = with_overheads(profile, solution)
     errors = [(predictor(r, final) - m) / m for r, m in zip(runs, measured, strict=True)]
     rms = math.sqrt(sum(e * e for e in errors) / len(errors)) if errors else 0.0
-    return OverheadFit({k: v for k, v in solution.items() if k in problem.columns}, rms, status)
+    return OverheadFit({k: v for k, v in solution.items() if k in problem.columns}, rms, status, problem.columns)
 
 
 @dataclass
