@@ -45,8 +45,9 @@ REPEAT_PRECISION_PCT = 5.0
 """A run whose median step time is known less well than this (relative standard error, percent) after
 its steps stopped is measured again: half of the 10% band (zerotune/calibrate/check.py BAND_PCT)."""
 BUDGET_S = 90.0
-"""A repeat of a noisy run starts only while the calibration is inside this many seconds (issue 24:
-calibrate stays <= 90 s on the 2-core testbed); `--repeats` asks for whole rounds regardless."""
+"""A repeat of a noisy run starts only when it and the runs still to come, each taking as long as this
+one did, end inside this many seconds (issue 24: calibrate stays <= 90 s on the 2-core testbed);
+`--repeats` asks for whole rounds regardless."""
 HOST_MEMORY_S = 0.3
 """Seconds each rank spends measuring the host memory rates after a design run's steps."""
 
@@ -243,7 +244,9 @@ def calibrate(options: CalibrateOptions, say: Say = lambda _: None) -> Outcome:
         t0 = time.monotonic()
         record = measure()
         why = needs_repeat(record, n_cores, REPEAT_PRECISION_PCT)
-        if why and time.monotonic() - start + (time.monotonic() - t0) <= options.budget_s:
+        took = time.monotonic() - t0
+        # a repeat only while the runs still to come (at this run's pace) fit the budget after it
+        if why and time.monotonic() - start + took * (1 + total - i) <= options.budget_s:
             say(f"{label}: measuring again: {why}")
             again = measure()
             kept = calmer(record, again, n_cores)
