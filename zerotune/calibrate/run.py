@@ -39,8 +39,15 @@ CPU_SEQ_LEN = 128
 PRECISION = 0.03
 """Target relative standard error of each run's median step time (zerotune.bench.noise)."""
 MAX_STEPS = 15
-TIME_CAP_S = 6.0
-"""Seconds of measured steps per run at most, whatever the precision reached."""
+TIME_CAP_S = 4.0
+"""Seconds of measured steps per run at most, whatever the precision reached. Each run's wall time is
+~60% process launch, imports and engine init (a loaded 2026-11-25 round: 27-36 s of 37-70 s per run),
+so steps past the first few buy little; 4 s still gives 3 steps of the slowest design run (s0-wide,
+~1.8 s per step quiet) and ~10 of the fastest, and a run not known to REPEAT_PRECISION_PCT by then is
+measured again while the budget allows."""
+LOGGED_STEPS = 1
+"""Steps with the communication logger on (bucket latencies, optimizer segment): one, as the held-out
+measurements of scripts/evidence/accuracy.py; the collective fit takes medians over every run's calls."""
 REPEAT_PRECISION_PCT = 5.0
 """A run whose median step time is known less well than this (relative standard error, percent) after
 its steps stopped is measured again: half of the 10% band (zerotune/calibrate/check.py BAND_PCT)."""
@@ -50,6 +57,9 @@ one did, end inside this many seconds (issue 24: calibrate stays <= 90 s on the 
 `--repeats` asks for whole rounds regardless."""
 HOST_MEMORY_S = 0.3
 """Seconds each rank spends measuring the host memory rates after a design run's steps."""
+HOST_MEMORY_RUNS = 3
+"""Design runs that measure the host memory rates (the first ones): the fit takes their median, and
+three give a median that one disturbed measurement cannot move."""
 
 Say = Callable[[str], None]
 
@@ -211,7 +221,7 @@ def calibrate(options: CalibrateOptions, say: Say = lambda _: None) -> Outcome:
         label = f"run {i}/{total} {run.name}"
         say(f"{label}: {run.describe()}")
 
-        def measure(label: str = label, run: DesignRun = run, first: bool = i == 1) -> dict[str, Any]:
+        def measure(label: str = label, run: DesignRun = run, first: bool = i == 1, index: int = i) -> dict[str, Any]:
             meter = LoadMeter()
             t_run = time.monotonic()
             result = run_bench(
@@ -229,12 +239,12 @@ def calibrate(options: CalibrateOptions, say: Say = lambda _: None) -> Outcome:
                 max_steps=options.max_steps,
                 precision=options.precision,
                 time_cap_s=options.time_cap_s,
-                logged_steps=2,
+                logged_steps=LOGGED_STEPS,
                 timeout_s=_left(deadline),
                 max_micro_steps=None,
                 fault=options.fault if first else None,
                 progress=lambda message: say(f"{label}: {message}"),
-                host_memory_s=HOST_MEMORY_S if kind == "cpu" else None,
+                host_memory_s=HOST_MEMORY_S if kind == "cpu" and index <= HOST_MEMORY_RUNS else None,
             )
             record = json.loads(result.model_dump_json())
             record["load"] = {**meter.stop().as_dict(), "cores": n_cores or None}
