@@ -28,6 +28,9 @@ LEVERAGE_MAX = 0.9
 1978, Am. Stat. 32:17): above it the other configs carry less than a tenth of the information on some
 fitted direction, and the fold's error is the config's own residual amplified more than tenfold."""
 
+MIN_FOLDS = 3
+"""Configs held out however high their leverage: a check of fewer is no check (the 3 least needed)."""
+
 
 def leverages(columns: dict[str, list[float]], terms: list[str]) -> list[float]:
     """Each run's leverage h_ii = x_i' (X'X)^-1 x_i on `terms` (X: the runs' relative sensitivities)."""
@@ -70,12 +73,16 @@ def leave_one_out(
     held: dict[str, float] = {}
     probe: dict[str, float] = {}
     notes: list[str] = []
+    leverage = {label: sum(lev[i] for i in idx) for label, idx in groups.items()}
+    ranked = sorted(groups, key=lambda label: leverage[label])
+    # at least MIN_FOLDS configs are held out, the least needed first, even when above LEVERAGE_MAX
+    kept = {label for n, label in enumerate(ranked) if leverage[label] <= LEVERAGE_MAX or n < MIN_FOLDS}
     for label, idx in groups.items():
         train = [r for i, r in enumerate(runs) if i not in idx]
         if not train:
             continue
-        h = sum(lev[i] for i in idx)
-        if h > LEVERAGE_MAX:
+        if label not in kept:
+            h = leverage[label]
             notes.append(f"{label}: not held out (leverage {h:.2f} on the fitted terms: the fit needs it)")
             continue
         try:
