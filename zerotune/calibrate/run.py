@@ -29,6 +29,7 @@ from zerotune.calibrate.check import Decision, calmer, decide, needs_repeat
 from zerotune.calibrate.design import DesignRun, design
 from zerotune.calibrate.fit import Fit, fit
 from zerotune.calibrate.load import LoadMeter
+from zerotune.calibrate.pool import RankPool
 from zerotune.errors import InputError, RunFailed
 from zerotune.schema.hardware import HardwareProfile
 
@@ -120,7 +121,11 @@ def base_profile(
         on_step=lambda rank, step: say(f"probe: {step}") if rank == 0 else None,
     )
     load = meter.stop()
-    busy = f", {load.foreign_cores:.2f} cores busy with other processes" if load.foreign_cores is not None else ""
+    busy = (
+        f", {load.foreign_cores:.2f} cores busy with other processes"
+        if load.foreign_cores is not None
+        else ""
+    )
     return outcome.profile, f"a --quick probe run now (load average {load.loadavg_1m or 0:.1f}{busy})"
 
 
@@ -217,57 +222,64 @@ def calibrate(options: CalibrateOptions, say: Say = lambda _: None) -> Outcome:
     names: list[str] = []
     notes: list[str] = []
     total = len(plan) * options.repeats
-    for i, run in enumerate([r for _ in range(options.repeats) for r in plan], 1):
-        label = f"run {i}/{total} {run.name}"
-        say(f"{label}: {run.describe()}")
+    # one set of ranks for every run (zerotune/calibrate/pool.py): start-up and imports paid once
+    with RankPool(nproc, kind, _left(deadline), say) as pool:
+        for i, run in enumerate([r for _ in range(options.repeats) for r in plan], 1):
+            label = f"run {i}/{total} {run.name}"
+            say(f"{label}: {run.describe()}")
 
-        def measure(label: str = label, run: DesignRun = run, first: bool = i == 1, index: int = i) -> dict[str, Any]:
-            meter = LoadMeter()
-            t_run = time.monotonic()
-            result = run_bench(
-                model,
-                run.config(),
-                layers=options.layers,
-                width_scale=min(1.0, scale * run.width_factor),
-                seq_len=run.seq_len,
-                micro_batch=run.micro_batch,
-                grad_accum=run.grad_accum,
-                nproc=nproc,
-                device=kind,
-                warmup=1,
-                steps=3,
-                max_steps=options.max_steps,
-                precision=options.precision,
-                time_cap_s=options.time_cap_s,
-                logged_steps=LOGGED_STEPS,
-                timeout_s=_left(deadline),
-                max_micro_steps=None,
-                fault=options.fault if first else None,
-                progress=lambda message: say(f"{label}: {message}"),
-                host_memory_s=HOST_MEMORY_S if kind == "cpu" and index <= HOST_MEMORY_RUNS else None,
-            )
-            record = json.loads(result.model_dump_json())
-            record["load"] = {**meter.stop().as_dict(), "cores": n_cores or None}
-            record["wall_s"] = time.monotonic() - t_run  # launch, engine init, steps, host memory
-            return record
+            def measure(
+                label: str = label, run: DesignRun = run, first: bool = i == 1, index: int = i
+            ) -> dict[str, Any]:
+                meter = LoadMeter()
+                t_run = time.monotonic()
+                result = run_bench(
+                    model,
+                    run.config(),
+                    layers=options.layers,
+                    width_scale=min(1.0, scale * run.width_factor),
+                    seq_len=run.seq_len,
+                    micro_batch=run.micro_batch,
+                    grad_accum=run.grad_accum,
+                    nproc=nproc,
+                    device=kind,
+                    warmup=1,
+                    steps=3,
+                    max_steps=options.max_steps,
+                    precision=options.precision,
+                    time_cap_s=options.time_cap_s,
+                    logged_steps=LOGGED_STEPS,
+                    timeout_s=_left(deadline),
+                    max_micro_steps=None,
+                    fault=options.fault if first else None,
+                    progress=lambda message: say(f"{label}: {message}"),
+                    host_memory_s=HOST_MEMORY_S if kind == "cpu" and index <= HOST_MEMORY_RUNS else None,
+                    launcher=pool.launcher,
+                )
+                record = json.loads(result.model_dump_json())
+                record["load"] = {**meter.stop(pool.cpu_s).as_dict(), "cores": n_cores or None}
+                record["wall_s"] = time.monotonic() - t_run  # launch, engine init, steps, host memory
+                return record
 
-        t0 = time.monotonic()
-        record = measure()
-        why = needs_repeat(record, n_cores, REPEAT_PRECISION_PCT)
-        took = time.monotonic() - t0
-        # a repeat only while the runs still to come (at this run's pace) fit the budget after it
-        if why and time.monotonic() - start + took * (1 + total - i) <= options.budget_s:
-            say(f"{label}: measuring again: {why}")
-            again = measure()
-            kept = calmer(record, again, n_cores)
-            dropped = again if kept is record else record
-            kept["discarded"] = {k: dropped.get(k) for k in ("step_times_s", "step_time_s", "load", "wall_s")}
-            record = kept
-            notes.append(f"{run.name}: measured twice ({why}); the calmer attempt kept")
-        elif why:
-            notes.append(f"{run.name}: {why}; not measured again (time budget {options.budget_s:g} s)")
-        runs.append(record)
-        names.append(run.name)
+            t0 = time.monotonic()
+            record = measure()
+            why = needs_repeat(record, n_cores, REPEAT_PRECISION_PCT)
+            took = time.monotonic() - t0
+            # a repeat only while the runs still to come (at this run's pace) fit the budget after it
+            if why and time.monotonic() - start + took * (1 + total - i) <= options.budget_s:
+                say(f"{label}: measuring again: {why}")
+                again = measure()
+                kept = calmer(record, again, n_cores)
+                dropped = again if kept is record else record
+                kept["discarded"] = {
+                    k: dropped.get(k) for k in ("step_times_s", "step_time_s", "load", "wall_s")
+                }
+                record = kept
+                notes.append(f"{run.name}: measured twice ({why}); the calmer attempt kept")
+            elif why:
+                notes.append(f"{run.name}: {why}; not measured again (time budget {options.budget_s:g} s)")
+            runs.append(record)
+            names.append(run.name)
     timings["design_runs"] = time.monotonic() - start - timings["probe"]
     say("fitting")
     t_fit = time.monotonic()
