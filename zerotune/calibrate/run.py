@@ -4,16 +4,18 @@
    embeds it is), never an older cached probe, whose rates were measured under other load; or the
    profile `--profile` names;
 2. the designed runs (zerotune/calibrate/design.py), each a short real DeepSpeed step through
-   zerotune.bench.run_bench (separate rank processes via zerotune.launch: a wall-clock limit, no
-   orphans) with noise-aware repetition of its steps; inside each run the ranks also measure the
-   host memory rates, and the machine's load is recorded around it (zerotune/calibrate/load.py). A
+   zerotune.bench.run_bench on one set of rank processes started once for all of them
+   (zerotune/calibrate/pool.py, via zerotune.launch: a wall-clock limit, no orphans) with
+   noise-aware repetition of its steps; inside the first runs the ranks also measure the host
+   memory rates, and the machine's load is recorded around each (zerotune/calibrate/load.py). A
    run taken under a load spike, or whose median is not known to REPEAT_PRECISION_PCT, is measured
    once more while the time budget allows, and the calmer attempt is kept; `repeats` > 1 measures
    the whole design that many times, interleaved;
 3. the fit (zerotune/calibrate/fit.py) into a copy of the base profile with a `calibration` section,
    its self-check and the cache decision (zerotune/calibrate/check.py).
 
-Budget on the 2-core CPU host: a quick probe (~10-20 s) and 7 launches of ~10 s each (BUDGET_S).
+Budget on the 2-core CPU host: a quick probe (~10-20 s), one rank start-up (~5 s) and 7 design runs
+of a few seconds of engine init and steps each (BUDGET_S).
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ PRECISION = 0.03
 MAX_STEPS = 15
 TIME_CAP_S = 4.0
 """Seconds of measured steps per run at most, whatever the precision reached. Each run's wall time is
-~60% process launch, imports and engine init (a loaded 2026-11-25 round: 27-36 s of 37-70 s per run),
+~60% process launch, imports and engine init when launched on its own (a loaded 2026-11-25 round: 27-49 s of 37-70 s per run),
 so steps past the first few buy little; 4 s still gives 3 steps of the slowest design run (s0-wide,
 ~1.8 s per step quiet) and ~10 of the fastest, and a run not known to REPEAT_PRECISION_PCT by then is
 measured again while the budget allows."""
