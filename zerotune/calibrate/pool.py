@@ -45,7 +45,9 @@ def write_json(path: Path, obj: Any) -> None:
 class RankPool:
     """`with RankPool(nproc, kind, timeout_s, say) as pool: run_bench(..., launcher=pool.launcher)`."""
 
-    def __init__(self, nproc: int, kind: str, timeout_s: float, say: Any = lambda _: None) -> None:
+    def __init__(
+        self, nproc: int, kind: str, timeout_s: float, say: Any = lambda _: None, worker: str = WORKER
+    ) -> None:
         from zerotune.launch import LaunchSpec
 
         self.jobs = Path(tempfile.mkdtemp(prefix="zerotune-pool-"))
@@ -61,7 +63,7 @@ class RankPool:
         env = {"DS_ACCELERATOR": "cpu"} if kind == "cpu" else {}
         env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // nproc) if kind == "cpu" else 1)
         self._spec = LaunchSpec(
-            module=WORKER, task={"jobs": str(self.jobs)}, nproc=nproc, timeout_s=timeout_s, env=env
+            module=worker, task={"jobs": str(self.jobs)}, nproc=nproc, timeout_s=timeout_s, env=env
         )
         self._thread = threading.Thread(target=self._launch, daemon=True)
 

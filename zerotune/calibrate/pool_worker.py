@@ -11,7 +11,9 @@ import os
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from zerotune.calibrate.pool import CPU_KEY, write_json
 from zerotune.launch import worker_rank, worker_task, write_result
@@ -19,9 +21,11 @@ from zerotune.launch import worker_rank, worker_task, write_result
 _POLL_S = 0.02
 
 
-def main() -> None:
+def main(run: Callable[[dict[str, Any], int, int], dict[str, Any]] | None = None) -> None:
+    """`run`: the rank code of one run (default: zerotune.bench.step_worker's)."""
     from zerotune.bench import step_worker
 
+    run = run or step_worker._run
     rank, world = worker_rank()
     jobs = Path(worker_task()["jobs"])
     (jobs / f"rank{rank}.pid").write_text(str(os.getpid()))  # for the pool's last-resort stop
@@ -36,7 +40,7 @@ def main() -> None:
                 time.sleep(_POLL_S)
             import json
 
-            result = step_worker._run(json.loads(job.read_text()), rank, world)
+            result = run(json.loads(job.read_text()), rank, world)
             sys.stdout.flush()
             t = os.times()
             write_json(jobs / f"job{done}.rank{rank}.json", {**result, CPU_KEY: t.user + t.system})
