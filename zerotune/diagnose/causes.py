@@ -29,7 +29,7 @@ from zerotune.diagnose.report import (
     RejectedField,
     RejectedInfo,
 )
-from zerotune.diagnose.signals import config, memory, nccl
+from zerotune.diagnose.signals import config, frames, memory, nccl
 from zerotune.units import fmt_bytes
 
 SLOW_SHARE = 0.20
@@ -407,6 +407,24 @@ def _nccl_error(scan: Scan, offload_configured: bool) -> Diagnosis | None:
     )
 
 
+def _nccl_warned(scan: Scan, offload_configured: bool) -> Diagnosis | None:
+    """A failed run nothing else explains, with NCCL WARN lines: what NCCL reported is the lead."""
+    warns = [c for c in scan.collectives if c.kind == "warn"]
+    if not warns or not (scan.exceptions or scan.tracebacks or scan.exits or scan.kills):
+        return None
+    return Diagnosis(
+        cause="nccl_error",
+        title="NCCL warned before the run failed",
+        explanation=(
+            "The run failed without a message zerotune recognises, and NCCL printed warnings (NCCL WARN) "
+            "first: what NCCL reports there (a CUDA call, a transport, shared memory) is the likely cause."
+        ),
+        evidence=_evs([w.line for w in warns] + scan.exceptions[:1]),
+        collective=CollectiveInfo(kind="error", ranks=sorted({w.rank for w in warns if w.rank is not None})),
+        line=warns[0].line.number,
+    )
+
+
 # ---- slow, unrecognised -----------------------------------------------------------------------------------------
 
 _SLOW_TIMER_TEXT = {
@@ -467,6 +485,42 @@ def _unclassified(scan: Scan, offload_configured: bool) -> Diagnosis | None:
         evidence=_evs(sorted(decisive, key=lambda line: line.number)),
         line=first,
     )
+
+
+_LOCATED_TEXT: dict[str, str] = {
+    "op_build": "while torch compiled or loaded a DeepSpeed op (torch.utils.cpp_extension / op_builder)",
+    "nvme_aio": "in DeepSpeed's NVMe swapping (swap_tensor / async_io)",
+    "checkpoint": "while a checkpoint was saved, loaded or converted",
+    "zero3_param": "in ZeRO-3's parameter partitioning or gathering",
+    "config_rejected": "while DeepSpeed read its config",
+    "version_mismatch": "in a library's version or import check (an installed package of another release)",
+    "nccl_error": "in a collective (torch.distributed / deepspeed.comm)",
+}
+"""What the failure's place says, per family of signals.frames."""
+
+
+def _located(cause: CauseName) -> Callable[[Scan, bool], Diagnosis | None]:
+    """A failed run no message explains, diagnosed by where it failed (signals.frames.located): the
+    module of its deepest traceback frame of a known family, else its exception type."""
+
+    def diagnose(scan: Scan, offload_configured: bool) -> Diagnosis | None:
+        where = frames.located(scan)
+        if where is None or where.kind != cause:
+            return None
+        lines = [where.line] + scan.exceptions[:1]
+        by = "exception type" if where.value == "exception" else "traceback frame"
+        return Diagnosis(
+            cause=cause,
+            title=f"Failure located {_LOCATED_TEXT[cause].split(' (')[0]}",
+            explanation=(
+                f"No message in the log names the failure, but its {by} places it {_LOCATED_TEXT[cause]}. "
+                "The evidence shows the frame and the first exception; the fix is that cause's usual one."
+            ),
+            evidence=_evs(sorted(lines, key=lambda line: line.number)),
+            line=where.line.number,
+        )
+
+    return diagnose
 
 
 # ---- causes from the environment and the script ------------------------------------------------------------
@@ -684,15 +738,20 @@ _HANG_TEXT = {
 
 
 def _hang(scan: Scan, offload_configured: bool) -> Diagnosis | None:
-    if not scan.hangs:
+    hangs = scan.hangs
+    if any(c.kind == "timeout" for c in scan.collectives):
+        # a hang is a stop *without* a collective timeout: once the watchdog fired, the timeout is the
+        # failure, and a trace-cache warning or a py-spy dump before it only says where ranks waited
+        hangs = [e for e in hangs if e.kind == "barrier_timeout"]
+    if not hangs:
         return None
-    kind = next(k for k in _HANG_TEXT if any(e.kind == k for e in scan.hangs))
+    kind = next(k for k in _HANG_TEXT if any(e.kind == k for e in hangs))
     return Diagnosis(
         cause="hang",
         title="Job hung (no progress, no collective timeout)",
         explanation=_HANG_TEXT[kind],
-        evidence=_evs([e.line for e in scan.hangs]),
-        line=scan.hangs[0].line.number,
+        evidence=_evs([e.line for e in hangs]),
+        line=hangs[0].line.number,
     )
 
 
@@ -744,6 +803,8 @@ CAUSES: tuple[CauseRule, ...] = (
     CauseRule("slow", ("breakdown",), _slow, consequence=True),
     CauseRule("slow", ("nccl_transport",), _socket_transport, consequence=True),
     CauseRule("fp16_overflow", ("fp16",), _fp16_overflow_seen, consequence=True),
+    *(CauseRule(cause, ("frame_causes",), _located(cause), fallback=True) for cause in _LOCATED_TEXT),
+    CauseRule("nccl_error", ("collectives",), _nccl_warned, fallback=True),
     CauseRule(
         "unclassified", ("tracebacks", "last_exception", "exits", "kills"), _unclassified, fallback=True
     ),
