@@ -136,3 +136,21 @@ def test_a_collective_timeout_is_not_a_hang() -> None:
     assert report.diagnosis.cause == "nccl_timeout"
     # without the watchdog, the same warning is read as a hang
     assert diagnose(log.split(b"\n")[0] + b"\n").diagnosis.cause == "hang"
+
+
+def test_an_integration_counts_only_where_it_raises() -> None:
+    # accelerate checks the DeepSpeed config in _prepare_deepspeed before deepspeed.initialize
+    raised = _stack(
+        ("train.py", "main"),
+        (f"{SITE}/accelerate/accelerator.py", "prepare"),
+        (f"{SITE}/accelerate/accelerator.py", "_prepare_deepspeed"),
+        exception="ValueError: a check this accelerate release added",
+    )
+    assert diagnose(raised).diagnosis.cause == "config_rejected"
+    # a failure deeper, under deepspeed.initialize, is not the integration's
+    deeper = _stack(
+        (f"{SITE}/accelerate/accelerator.py", "_prepare_deepspeed"),
+        (f"{SITE}/deepspeed/runtime/engine.py", "__init__"),
+        exception="ValueError: something in the engine",
+    )
+    assert diagnose(deeper).diagnosis.cause == "unclassified"

@@ -87,7 +87,7 @@ def located(cause: CauseName) -> Callable[[Scan, bool], Diagnosis | None]:
         if where is None or where.kind != cause:
             return None
         lines = [where.line] + scan.exceptions[:1]
-        by = "exception type" if where.value == "exception" else "traceback frame"
+        by = {"exception": "exception type", "raised": "raise site"}.get(str(where.value), "traceback frame")
         return Diagnosis(
             cause=cause,
             title=f"Failure located {LOCATED_TEXT[cause].split(' (')[0]}",

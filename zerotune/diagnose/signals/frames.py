@@ -60,6 +60,20 @@ FAMILIES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
 """(cause, the frame `PATH FUNC` it shows), most specific first: a frame of a DeepSpeed module that does
 one thing. deepspeed/runtime/zero/stage3.py and engine.py are left out: every ZeRO failure passes them."""
 
+RAISED_IN: tuple[tuple[str, re.Pattern[str]], ...] = (
+    (
+        "config_rejected",
+        re.compile(
+            r"accelerate/accelerator\.py _prepare_deepspeed$|accelerate/utils/deepspeed\.py "
+            r"|transformers/integrations/deepspeed\.py (?:trainer_config_process|trainer_config_finalize|fill_match)$"
+        ),
+    ),
+)
+"""(cause, the frame `PATH FUNC`) of code whose own raise is that cause, though a failure deeper under it
+is not: accelerate's and transformers' DeepSpeed integrations check the config before they call
+deepspeed.initialize (accelerate/accelerator.py `_prepare_deepspeed`, transformers/integrations/
+deepspeed.py `trainer_config_finalize`), so they count only as the last frame before the exception."""
+
 EXCEPTION_FAMILIES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("nccl_error", re.compile(r"DistBackendError|DistNetworkError|NCCL")),
     ("checkpoint", re.compile(r"UnpicklingError|SafetensorError")),
@@ -68,26 +82,41 @@ EXCEPTION_FAMILIES: tuple[tuple[str, re.Pattern[str]], ...] = (
 """(cause, the exception line it shows) when no frame names a family."""
 
 
-def frame_family(text: str) -> str | None:
-    """The cause family of a traceback frame line, or None (not a frame, or code of no family)."""
+def _where(text: str) -> str | None:
+    """`PATH FUNC` of a traceback frame line, or None."""
     m = _FRAME.search(text)
     if m is None:
         return None
     path = (m.group("path") or m.group("rpath") or m.group("npath")).replace("\\", "/")
-    where = f"{path} {m.group('func') or m.group('rfunc') or m.group('nfunc')}"
-    return next((cause for cause, pattern in FAMILIES if pattern.search(where)), None)
+    return f"{path} {m.group('func') or m.group('rfunc') or m.group('nfunc')}"
+
+
+def frame_family(text: str, families: tuple[tuple[str, re.Pattern[str]], ...] = FAMILIES) -> str | None:
+    """The cause family of a traceback frame line, or None (not a frame, or code of no family)."""
+    where = _where(text)
+    if where is None:
+        return None
+    return next((cause for cause, pattern in families if pattern.search(where)), None)
 
 
 def _frame(hit: Hit) -> None:
+    if _where(hit.line.text) is None:
+        return
+    s = hit.scan
+    s.last_frame = hit.line
     cause = frame_family(hit.line.text)
     if cause is not None:
-        s = hit.scan
         s.add(s.frame_causes, Event(hit.line, cause, "frame"))
         s.last_frame_cause = Event(hit.line, cause, "frame")
 
 
 def _exception(hit: Hit) -> None:
     if EXCEPTION_LINE.match(hit.line.text):
+        s = hit.scan
+        raised = frame_family(s.last_frame.text, RAISED_IN) if s.last_frame is not None else None
+        if raised is not None:
+            s.add(s.frame_causes, Event(hit.line, raised, "raised"))
+            return
         for cause, pattern in EXCEPTION_FAMILIES:
             if pattern.search(hit.line.text):
                 hit.scan.add(hit.scan.frame_causes, Event(hit.line, cause, "exception"))
@@ -95,13 +124,16 @@ def _exception(hit: Hit) -> None:
 
 
 def located(scan: Scan) -> Event | None:
-    """The family of the failure: the deepest family frame before the first exception line (its
-    stack), else the last family frame in the log (a traceback cut before its exception line), else
-    the first exception of a family."""
+    """The family of the failure: the first exception raised in code of a family (RAISED_IN), else the
+    deepest family frame before the first exception line (its stack), else the last family frame in
+    the log (a traceback cut before its exception line), else the first exception of a family."""
+    first: LogLine | None = scan.exceptions[0] if scan.exceptions else None
+    raised = [e for e in scan.frame_causes if e.value == "raised" and first is not None and e.line == first]
+    if raised:
+        return raised[0]
     frames = [e for e in scan.frame_causes if e.value == "frame"]
     if scan.last_frame_cause is not None and scan.last_frame_cause not in frames:
         frames.append(scan.last_frame_cause)
-    first: LogLine | None = scan.exceptions[0] if scan.exceptions else None
     if frames:
         before = [e for e in frames if first is None or e.line.number < first.number]
         return before[-1] if before else frames[-1]

@@ -88,7 +88,10 @@ def _checkpoint_frame(frame: LogLine) -> bool:
 
 
 _ZERO3: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("current_model_empty", re.compile(r"the shape in current model is torch\.Size\(\[0\]\)")),
+    (
+        "current_model_empty",
+        re.compile(r"(?:the shape in current model is|\(which has shape) torch\.Size\(\[0\]\)"),
+    ),
     ("weight_not_2d", re.compile(r"must be 2-D|must be a matrix")),
     (
         "empty_tensor_shape",
