@@ -357,7 +357,7 @@ SIGNALS = (
             rb"ImportError",
             rb"ModuleNotFoundError",
             rb"No module named '",
-            rb"require_version\(",
+            rb'version\("',  # require_version("...": cut to start on a rarer byte (scan.py)
             rb"TypeError: ",
             rb"AttributeError: ",
             rb"version ==",

@@ -125,8 +125,8 @@ SIGNALS = (
             rb"Timeout at NCCL work",
             rb"Some NCCL operations have failed",
             rb"Detected a disagreement on list length",
-            rb"posix_fallocate failed",
-            rb"shared memory segment",
+            rb"x_fallocate failed",  # posi-x: a trigger starts on a rare byte (scan.py)
+            rb"Error while creating shared memory",
             rb"Duplicate GPU detected",
             rb"NCCL WARN",
         ),

@@ -60,7 +60,7 @@ SIGNALS = (
             rb"FAILED: ",
             rb"_run_ninja_build",
             rb"Unsupported gpu",
-            rb"nvcc fatal",  # also without the colon: "nvcc fatal unsupported gpu architecture"
+            rb"vcc fatal",  # n-vcc; also without the colon: "nvcc fatal unsupported gpu architecture"
             rb"' failed with exit code",
             rb"No such file",
         ),
