@@ -93,7 +93,8 @@ def located(cause: CauseName) -> Callable[[Scan, bool], Diagnosis | None]:
             title=f"Failure located {LOCATED_TEXT[cause].split(' (')[0]}",
             explanation=(
                 f"No message in the log names the failure, but its {by} places it {LOCATED_TEXT[cause]}. "
-                "The evidence shows the frame and the first exception; the fix is that cause's usual one."
+                "The evidence shows that line (and the first exception, when the log has one); the fix is that "
+                "cause's usual one."
             ),
             evidence=evidence(sorted(lines, key=lambda line: line.number)),
             line=where.line.number,
