@@ -60,15 +60,18 @@ class Phase:
     """What is live at one boundary of the step (immutable; hashes by identity: each is made once per
     cached timeline, and the search compares thousands of them)."""
 
-    __slots__ = ("name", "group", "terms", "total")
+    __slots__ = ("name", "group", "terms", "total", "host", "host_total")
 
-    def __init__(self, name: str, group: str, terms: tuple[Term, ...]) -> None:
+    def __init__(self, name: str, group: str, terms: tuple[Term, ...], host: tuple[Term, ...] = ()) -> None:
         self.name = name
         self.group = group
         """init, forward, backward, step or end: the interval `zerotune bench` measures it in"""
         self.terms = terms
         self.total = sum([t.nbytes for t in terms])
-        """live bytes"""
+        """live bytes on the device"""
+        self.host = host
+        """what the rank holds in host memory then (optimizer offload)"""
+        self.host_total = sum([t.nbytes for t in host])
 
     def __repr__(self) -> str:
         return f"Phase({self.name!r}, {self.total})"
@@ -115,6 +118,29 @@ class StepInputs:
     """stage 3: gathered parameters at the end of forward"""
     prefetch_bytes: int = 0
     """stage 3: prefetch_bucket_size elements in the model dtype"""
+    host_init: int = 0
+    """optimizer offload: host bytes from `deepspeed.initialize` on (zerotune.model.states `offload_host_timeline`)"""
+    host_moments: int = 0
+    """optimizer offload: the optimizer's moments, created on the host at the first step"""
+    host_accum: int = 0
+    """optimizer offload: host gradient accumulators, from the first accumulating backward on"""
+    host_step: int = 0
+    """optimizer offload: host temporaries of the step"""
+
+
+def with_host(s: StepInputs, phases: tuple[Phase, ...]) -> tuple[Phase, ...]:
+    """The phases with what the rank holds in host memory at each (optimizer offload): the buffers
+    `deepspeed.initialize` makes, the moments from the first step on (the steady state, as on the
+    device), the accumulators and the step's temporaries."""
+    if not s.offload:
+        return phases
+    init = (_t("offloaded optimizer buffers", OPTIMIZER, s.host_init),)
+    steady = init + (_t("optimizer moments", OPTIMIZER, s.host_moments),)
+    if s.host_accum:
+        steady += (_t("gradient accumulators", GRADS, s.host_accum),)
+    step = steady + ((_t("step temporaries", OPTIMIZER, s.host_step),) if s.host_step else ())
+    by_group = {"init": init, "step": step}
+    return tuple(Phase(p.name, p.group, p.terms, by_group.get(p.group, steady)) for p in phases)
 
 
 def _t(label: str, kind: str, nbytes: int) -> Term:
@@ -123,6 +149,10 @@ def _t(label: str, kind: str, nbytes: int) -> Term:
 
 def steady(s: StepInputs) -> tuple[Term, ...]:
     terms = [_t("parameters", PARAMS, s.params)]
+    if s.offload and s.stage in (1, 2):
+        # the device-side staging buffer of the largest parameter, made at init
+        # (stage_1_and_2.py __init__ `temp_grad_buffer_for_gpu_offload`)
+        terms.append(_t("offload staging buffer", BUFFERS, s.largest_tensor * s.elem))
     if s.master:
         terms.append(_t("master weights", OPTIMIZER, s.master))
     if s.moments:
@@ -146,6 +176,10 @@ def activations_left(walk: tuple[tuple[int, int], ...], reduced: int) -> tuple[i
 @lru_cache(maxsize=8192)
 def timeline_below_stage3(s: StepInputs) -> tuple[Phase, ...]:
     """Phases of a stage 0/1/2 step (module docstring)."""
+    return with_host(s, _device_phases(s))
+
+
+def _device_phases(s: StepInputs) -> tuple[Phase, ...]:
     base = steady(s)
     e, part, psi = s.elem, s.part, s.psi
     if s.stage == 1 and s.grad_accum_width > e == 2 and not s.offload:
@@ -186,7 +220,7 @@ def timeline_below_stage3(s: StepInputs) -> tuple[Phase, ...]:
         return tuple(phases)
     gip = _t("grads_in_partition", GRADS, part * e)
     if s.offload:
-        gip = _t("offload staging buffer", BUFFERS, s.largest_tensor * e)
+        gip = _t("offload staging buffer", BUFFERS, 0)  # in `base` from init on (steady)
     reduce_in_backward = s.stage == 2 or s.overlap
     if reduce_in_backward:
         # first flush that holds the fullest rank's partition: the last rank owns the end of the

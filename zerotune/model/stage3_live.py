@@ -35,6 +35,7 @@ from zerotune.model.live_bytes import (
     StepInputs,
     Term,
     steady,
+    with_host,
 )
 
 
@@ -75,11 +76,11 @@ def timeline_stage3(s: StepInputs) -> tuple[Phase, ...]:
     step = first if first.total >= second.total or s.offload else second
     if s.offload:
         step = Phase("optimizer step", "step", base)
-    return (
+    return with_host(s, (
         Phase("after init", "init", init),
         fwd,
         start,
         Phase("end of backward", "backward", base),
         step,
         Phase("after step", "end", base),
-    )
+    ))
