@@ -190,7 +190,8 @@ def predicted_phases(spec: ModelSpec, row: dict[str, Any]) -> dict[str, int]:
 
     # the rows pass a torch optimizer except under offload (DeepSpeedCPUAdam); on a CPU host the
     # offloaded states share the one memory with everything else
-    est = estimate_memory(spec, workload(row), resolve(row["engine_config"]).zero, torch_optimizer=not row["cpu_adam"])
+    est = estimate_memory(spec, workload(row), resolve(row["engine_config"]).zero, torch_optimizer=not row["cpu_adam"],
+                          gloo=True)
     return est.bench_phases_flat(host_is_device=True)
 
 

@@ -118,6 +118,8 @@ class StepInputs:
     """stage 3: gathered parameters at the end of forward"""
     prefetch_bytes: int = 0
     """stage 3: prefetch_bucket_size elements in the model dtype"""
+    gloo: bool = False
+    """collectives run on gloo (CPU ranks), whose reduce-scatter copies its input"""
     host_init: int = 0
     """optimizer offload: host bytes from `deepspeed.initialize` on (zerotune.model.states `offload_host_timeline`)"""
     host_moments: int = 0

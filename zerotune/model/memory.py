@@ -166,12 +166,14 @@ def estimate_memory(
     hardware: HardwareProfile | None = None,
     safety_margin: float = DEFAULT_MARGIN,
     torch_optimizer: bool = False,
+    gloo: bool = False,
 ) -> MemoryEstimate:
     """Peak bytes per GPU (and host/NVMe per node) of one data-parallel DeepSpeed ZeRO rank.
 
     Data parallelism only: N_d = workload.world_size. The peak is the phase of the step with the most
     live bytes (module docstring). `torch_optimizer`: the optimizer is a torch one passed to
     `deepspeed.initialize` (its update makes temporaries; DeepSpeed's fused and CPU Adam do not).
+    `gloo`: the ranks' collectives run on gloo (CPU ranks: `zerotune bench` on a CPU host).
     """
     facts = facts_of(model)
     stage = zero.stage
@@ -252,6 +254,7 @@ def estimate_memory(
         offload=offload,
         gathered_bytes=gathered * e,
         prefetch_bytes=min(zero.prefetch_bucket_size, facts.psi) * e if stage == 3 else 0,
+        gloo=gloo,
         host_init=host_init,
         host_moments=host_moments,
         host_accum=host_accum,
