@@ -253,12 +253,23 @@ def _device_phases(s: StepInputs) -> tuple[Phase, ...]:
             Phase("reduce (partition copy)", "backward", base + (_t("gradients not yet reduced", GRADS, rest * e), bucket_term, gip))
         )
         end_grads = (gip,)
-    if s.offload:
-        # the update runs on the host (DeepSpeedCPUAdam); the device holds the steady state
-        phases.append(Phase("optimizer step (on the host)", "step", base))
-        phases.append(Phase("after step", "end", base))
-        return tuple(phases)
+    # After the update every rank all-gathers the updated 16-bit partitions into the flat parameter
+    # groups (stage_1_and_2.py `step` -> runtime/utils.py `all_gather_dp_groups`); in place on
+    # NCCL, while gloo's `all_gather_into_tensor` fills a temporary of the output's size first
+    # (measured on the engine: the s2-offload step peak is exactly this on top of the steady state).
+    gathered = (_t("all-gather output (gloo)", BUFFERS, psi * e),) if s.gloo else ()
     kept: tuple[Term, ...] = ()
+    if s.offload:
+        # the update runs on the host (DeepSpeedCPUAdam). The partition's gradients are never
+        # repointed out of the bucket (`copy_grads_in_partition` copies them to the host buffer
+        # and leaves `param.grad` a view of it) nor freed by the step's offload branch, so the
+        # bucket buffers outlive the step
+        if s.contiguous:
+            kept = (_t("reduce bucket (viewed by the partition's gradients)", BUFFERS, buffers * e),)
+        phases.append(Phase("optimizer step (on the host)", "step", base + kept))
+        phases.append(Phase("all-gather updated parameters", "step", base + kept + gathered))
+        phases.append(Phase("after step", "end", base + kept))
+        return tuple(phases)
     if s.stage == 1 and s.contiguous and not s.overlap and s.bucket < psi:
         # Measured (data/evidence/memory_engine.json, s1-b5e6 and s1-ga2: exactly one bucket,
         # 20.0 MB and 200.0 MB; not with overlap_comm, s1-overlap-b5e7): when stage 1's reduction
@@ -267,6 +278,8 @@ def _device_phases(s: StepInputs) -> tuple[Phase, ...]:
         # step, and is gone by the next forward. The reference that keeps it was not traced.
         kept = (_t("reduce bucket (still referenced)", BUFFERS, buffers * e),)
     phases.append(_step(s, base + kept, end_grads, part, s.step_elements, flatten=True))
+    if gathered:
+        phases.append(Phase("all-gather updated parameters", "step", base + kept + gathered))
     phases.append(Phase("after step", "end", base + kept))
     return tuple(phases)
 
