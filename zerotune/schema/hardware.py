@@ -65,6 +65,11 @@ class GpuSpec(_Strict):
     hbm_bandwidth_Bps: float | None = None
     compute_capability: str | None = None
     bf16_supported: bool | None = Field(None, description="compute capability >= 8.0 (Ampere+)")
+    memory_slack_bytes: int | None = Field(
+        None,
+        description="bytes per GPU a real run on this machine held beyond the memory model's estimate (negative: "
+        "less), measured by `zerotune calibrate --from-log` from the run's peak counter; added to every estimate",
+    )
     source: str | None = None
 
     def peak_flops(self, precision: str) -> float | None:
@@ -221,6 +226,11 @@ class CalibratedValue(_Strict):
     calibrated: float
     residual: float | None = Field(None, description="relative residual of the fit for this number")
     note: str | None = Field(None, description="how it was found when not a free fit, e.g. on a physical bound")
+    source: str | None = Field(
+        None,
+        description="the user's own run it was measured from (`calibrate --from-log`/`--measured`): the log and "
+        "its lines, or --measured; null for the design runs of `zerotune calibrate`",
+    )
 
 
 class Calibration(_Strict):
