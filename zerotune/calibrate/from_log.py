@@ -51,8 +51,8 @@ from zerotune.units import GiB
 STEP = math.log(1.05)
 """Finite-difference step of the FLOP/s factor, in log space: 5%, well above the model's rounding and
 well inside its linear range."""
-PASSES = 4
-"""Alternations of the FLOP/s factor and the per-step overhead (when both are fitted)."""
+PER_STEP_FROM_RUNS = True
+"""Fit the per-step overhead when the runs differ in tokens per step."""
 RANGE = 1024.0
 """How far a fitted factor (FLOP/s, bandwidth) may move from the profile's value either way: three
 orders of magnitude, wider than any datasheet-to-measured gap; a fit at the edge says so."""
@@ -325,85 +325,94 @@ def _fit_comm(
     return with_busbw(profile, link_name, factor)
 
 
-def _fit_time(
+def _fit_compute(
     observations: list[Observation], profile: HardwareProfile, values: list[CalibratedValue], notes: list[str]
-) -> tuple[HardwareProfile, list[Observation]]:
-    """Achieved FLOP/s and (when identified) per-step overhead; the runs it fitted."""
-    runs = [o for o in observations if o.step() is not None]
+) -> HardwareProfile:
+    """Achieved FLOP/s from the runs' compute timers (fwd + bwd_inner: the forward and backward
+    compute, without the reduction waited for after it): one factor on every rate of the precision."""
+    runs = [o for o in observations if o.measured.compute_s is not None]
     if not runs:
-        return profile, runs
+        return profile
     precision = runs[0].workload.precision
     runs = [o for o in runs if o.workload.precision == precision]
-    measured = [o.step().value for o in runs]  # type: ignore[union-attr]
-    base_step = profile.overheads.per_step_s or 0.0
-    free_step = len({o.tokens_per_step for o in runs}) >= 2
     ceiling, why = flops_ceiling(profile, precision)
     top = top_flops(profile, precision)
-    log_k, extra = 0.0, 0.0
 
-    def at(log_factor: float, added: float) -> HardwareProfile:
+    def miss(log_factor: float) -> float:  # mean relative error of the compute time; falls as FLOP/s rises
         trial = with_flops(profile, precision, math.exp(log_factor))
-        return with_per_step(trial, base_step + added) if added else trial
+        return statistics.fmean(predict(o, trial).compute_s / o.measured.compute_s.value - 1 for o in runs)  # type: ignore[union-attr]
 
-    high_k = math.log(ceiling / top) if math.isfinite(ceiling) else math.log(RANGE)
-
-    def miss(log_factor: float) -> float:  # mean relative error; falls as FLOP/s rises
-        trial = at(log_factor, extra)
-        return statistics.fmean(predict(o, trial).step_time_s / m - 1 for o, m in zip(runs, measured, strict=True))
-
-    for _ in range(PASSES if free_step else 1):
-        low, high = -math.log(RANGE), high_k
-        if miss(high) > 0:
-            log_k = high
-        elif miss(low) < 0:
-            log_k = low
-            notes.append("the runs are faster than any FLOP/s in range explains: compute left at its floor")
-        else:
-            for _ in range(BISECTIONS):
-                mid = (low + high) / 2
-                low, high = (mid, high) if miss(mid) > 0 else (low, mid)
-            log_k = (low + high) / 2
-        if not free_step:
-            break
-        # per-step overhead: least squares of the relative errors left, within [0, the shortest step]
-        here = [predict(o, at(log_k, extra)).step_time_s for o in runs]
-        moved = [predict(o, at(log_k + STEP, extra)).step_time_s for o in runs]
-        columns = [[(b - a) / STEP / m for a, b, m in zip(here, moved, measured, strict=True)], [1 / m for m in measured]]
-        ys = [(m - a) / m for a, m in zip(here, measured, strict=True)]
-        low_c, high_c = -(base_step + extra), min(measured) - (base_step + extra)
-        delta, _ = bounded_lsq(columns, ys, [-math.inf, low_c], [high_k - log_k, high_c])
-        extra += delta[1]
-        if abs(delta[1]) < 1e-6 * min(measured):
-            break
-    fitted = at(log_k, extra)
-    source = "; ".join(f"{o.label} {o.step().source}" for o in runs)  # type: ignore[union-attr]
-    on_ceiling = math.isfinite(ceiling) and top * math.exp(log_k) >= ceiling * (1 - 1e-6)
+    low, high = -math.log(RANGE), math.log(ceiling / top) if math.isfinite(ceiling) else math.log(RANGE)
+    note = "every FLOP/s of the precision scaled by one factor"
+    if miss(high) > 0:
+        log_k, note = high, f"on its ceiling: {why}"
+    elif miss(low) < 0:
+        log_k, note = low, f"on its floor: 1/{RANGE:g} of the profile's"
+    else:
+        for _ in range(BISECTIONS):
+            mid = (low + high) / 2
+            low, high = (mid, high) if miss(mid) > 0 else (low, mid)
+        log_k = (low + high) / 2
     values.append(
         CalibratedValue(
             path=f"compute.achieved_flops.{precision}",
             probed=top,
             calibrated=top * math.exp(log_k),
-            note=f"on its ceiling: {why}" if on_ceiling else "every FLOP/s of the precision scaled by one factor",
-            source=source,
+            note=note,
+            source="; ".join(f"{o.label} {o.measured.compute_s.source}" for o in runs),  # type: ignore[union-attr]
         )
     )
+    return with_flops(profile, precision, math.exp(log_k))
+
+
+def _fit_scale(
+    observations: list[Observation], profile: HardwareProfile, values: list[CalibratedValue], notes: list[str]
+) -> HardwareProfile:
+    """What is left of the measured step times: one factor on every predicted time
+    (`overheads.step_scale`) and, when the runs differ in tokens per optimizer step, the per-step
+    overhead: least squares of the relative errors, t_i = s (T_i + dc), within [1/RANGE, RANGE] and a
+    per-step cost >= 0."""
+    runs = [o for o in observations if o.step() is not None]
+    if not runs:
+        return profile
+    measured = [o.step().value for o in runs]  # type: ignore[union-attr]
+    s0 = profile.overheads.step_scale or 1.0
+    plain = profile.model_copy(update={"overheads": profile.overheads.model_copy(update={"step_scale": None})})
+    here = [predict(o, plain).step_time_s for o in runs]
+    base_step = profile.overheads.per_step_s or 0.0
+    free_step = len({o.tokens_per_step for o in runs}) >= 2 and PER_STEP_FROM_RUNS
+    columns = [[t / m for t, m in zip(here, measured, strict=True)]]
+    low, high = [1 / RANGE], [RANGE]
     if free_step:
-        floor = base_step + extra <= 1e-12
+        columns.append([1 / m for m in measured])
+        low.append(-base_step * RANGE)
+        high.append(min(measured))
+    found, _ = bounded_lsq(columns, [1.0] * len(runs), low, high)
+    scale = found[0]
+    source = "; ".join(f"{o.label} {o.step().source}" for o in runs)  # type: ignore[union-attr]
+    fitted = plain
+    if free_step:
+        per_step = max(0.0, base_step + found[1] / scale)
         values.append(
             CalibratedValue(
                 path="overheads.per_step_s",
                 probed=profile.overheads.per_step_s,
-                calibrated=base_step + extra,
-                note="on its floor: a cost cannot be negative" if floor else None,
+                calibrated=per_step,
+                note="on its floor: a cost cannot be negative" if per_step == 0.0 else None,
                 source=source,
             )
         )
-    else:
-        notes.append(
-            "per-step overhead kept from the profile: the runs do not differ in tokens per step "
-            "(give logs of several micro-batch sizes to fit it)"
+        fitted = with_per_step(plain, per_step)
+    values.append(
+        CalibratedValue(
+            path="overheads.step_scale",
+            probed=s0,
+            calibrated=scale,
+            note="every predicted time x this: the step time the runs measured that no single term identifies",
+            source=source,
         )
-    return fitted, runs
+    )
+    return fitted.model_copy(update={"overheads": fitted.overheads.model_copy(update={"step_scale": scale})})
 
 
 def _fit_memory(
@@ -444,9 +453,10 @@ def fit_runs(observations: list[Observation], profile: HardwareProfile) -> tuple
     """The profile with what the runs identify fitted (no findings, no provenance: fit_logs adds them)."""
     values: list[CalibratedValue] = []
     notes: list[str] = []
-    fitted = _fit_optimizer(observations, profile, values, notes)
+    fitted = _fit_compute(observations, profile, values, notes)
+    fitted = _fit_optimizer(observations, fitted, values, notes)
     fitted = _fit_comm(observations, fitted, values, notes)
-    fitted, _ = _fit_time(observations, fitted, values, notes)
+    fitted = _fit_scale(observations, fitted, values, notes)
     fitted = _fit_memory(observations, fitted, values, notes)
     return fitted, values, notes
 

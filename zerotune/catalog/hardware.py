@@ -297,7 +297,7 @@ def _cpu_adam_source(profile: HardwareProfile) -> str:
 def _overheads_source(profile: HardwareProfile) -> str:
     """Calibrated (fitted on this host's DeepSpeed steps), fitted on published runs (a catalog profile's
     `overheads.origin`), or not modelled; a partial set names how many of the terms it has."""
-    terms = profile.overheads.model_dump(exclude={"source", "origin"})
+    terms = profile.overheads.model_dump(exclude={"source", "origin", "step_scale"})
     known = sum(value is not None for value in terms.values())
     if known == 0:
         return "not modelled (uncalibrated)"

@@ -48,6 +48,8 @@ class Measured:
     """samples per second over the whole job (all ranks)"""
     tokens_per_s: Figure | None = None
     """tokens per second over the whole job"""
+    compute_s: Figure | None = None
+    """DeepSpeed's fwd + bwd_inner timers: forward and backward compute of one optimizer step"""
     optimizer_s: Figure | None = None
     """DeepSpeed's `step` timer: the optimizer step"""
     allreduce_s: Figure | None = None
@@ -88,7 +90,7 @@ def _where(lines: list[LogLine] | None, count: int) -> str:
 def from_scan(scan: Scan) -> Measured:
     """The measurements a scanned log holds (None where it holds none)."""
     notes: list[str] = []
-    step = optimizer = allreduce = None
+    step = optimizer = allreduce = compute = None
     fwd, bwd = _median(scan, "fwd"), _median(scan, "bwd")
     if fwd is not None and bwd is not None:
         optimizer = _median(scan, "step")
@@ -96,6 +98,9 @@ def from_scan(scan: Scan) -> Measured:
         step = Figure(total / 1000, f"{fwd.source}: wall_clock_breakdown fwd + bwd + step")
         if optimizer is not None:
             optimizer = Figure(optimizer.value / 1000, optimizer.source)
+        inner = _median(scan, "bwd_inner")
+        if inner is not None:
+            compute = Figure((fwd.value + inner.value) / 1000, f"{fwd.source}: wall_clock_breakdown fwd + bwd_inner")
         reduce = _median(scan, "bwd_allreduce")
         allreduce = Figure(reduce.value / 1000, reduce.source) if reduce is not None else None
     samples = _median(scan, "samples_per_s")
@@ -116,6 +121,7 @@ def from_scan(scan: Scan) -> Measured:
     return Measured(
         step_s=step,
         samples_per_s=samples,
+        compute_s=compute,
         optimizer_s=optimizer,
         allreduce_s=allreduce,
         peak_bytes=_peak(scan)[0],

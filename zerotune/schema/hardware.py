@@ -57,6 +57,8 @@ def _physical(number: float) -> bool:
 class GpuSpec(_Strict):
     """One GPU model (every GPU of a profile is the same model)."""
 
+    _SIGNED: ClassVar[frozenset[str]] = frozenset({"memory_slack_bytes"})
+
     name: str
     memory_bytes: int | None = Field(None, description="HBM capacity in bytes, as NVML reports it")
     peak_bf16_flops: float | None = Field(None, description="dense (no sparsity) tensor-core peak")
@@ -208,6 +210,12 @@ class OverheadSpec(_Strict):
         description="DeepSpeed's whole optimizer step on the device that runs it (grad norm, clip, Adam, "
         "partition copies, unflatten), in parameters of the local partition per second",
     )
+    step_scale: float | None = Field(
+        None,
+        description="measured step time over the model's on this machine, from the user's own run(s) "
+        "(`zerotune calibrate --from-log`/`--measured`) where they identify no single term: every predicted time "
+        "is multiplied by it (a machine that runs everything this much slower or faster than its profile)",
+    )
     origin: Literal["calibrate", "published"] | None = Field(
         None,
         description="who fitted the values: `zerotune calibrate` on this host, or scripts/evidence/fit_published.py "
@@ -219,7 +227,9 @@ class OverheadSpec(_Strict):
 class CalibratedValue(_Strict):
     """One number of the profile as the probe had it and as calibration fitted it."""
 
-    _SIGNED: ClassVar[frozenset[str]] = frozenset({"residual"})
+    _SIGNED: ClassVar[frozenset[str]] = frozenset({"residual", "probed", "calibrated"})
+    """The value itself is checked where it lands (the profile field at `path`); a signed field there
+    (gpu.memory_slack_bytes) is signed here too."""
 
     path: str = Field(description="dotted path in the profile, e.g. compute.achieved_flops.fp32")
     probed: float | None = None
