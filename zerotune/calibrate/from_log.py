@@ -51,8 +51,6 @@ from zerotune.units import GiB
 STEP = math.log(1.05)
 """Finite-difference step of the FLOP/s factor, in log space: 5%, well above the model's rounding and
 well inside its linear range."""
-PER_STEP_FROM_RUNS = True
-"""Fit the per-step overhead when the runs differ in tokens per step."""
 RANGE = 1024.0
 """How far a fitted factor (FLOP/s, bandwidth) may move from the profile's value either way: three
 orders of magnitude, wider than any datasheet-to-measured gap; a fit at the edge says so."""
@@ -365,13 +363,26 @@ def _fit_compute(
     return with_flops(profile, precision, math.exp(log_k))
 
 
+def _solve_scale(here: list[float], measured: list[float], base_step: float, free_step: bool) -> tuple[float, float]:
+    """(scale, per-step seconds) minimising the relative errors of t_i = scale (T_i + dc)."""
+    columns = [[t / m for t, m in zip(here, measured, strict=True)]]
+    low, high = [1 / RANGE], [RANGE]
+    if free_step:
+        columns.append([1 / m for m in measured])
+        low.append(-base_step / RANGE)  # d = scale x dc >= -base_step x scale, with scale >= 1/RANGE
+        high.append(min(measured))
+    found, _ = bounded_lsq(columns, [1.0] * len(here), low, high)
+    return found[0], max(0.0, base_step + found[1] / found[0]) if free_step else base_step
+
+
 def _fit_scale(
     observations: list[Observation], profile: HardwareProfile, values: list[CalibratedValue], notes: list[str]
 ) -> HardwareProfile:
     """What is left of the measured step times: one factor on every predicted time
-    (`overheads.step_scale`) and, when the runs differ in tokens per optimizer step, the per-step
-    overhead: least squares of the relative errors, t_i = s (T_i + dc), within [1/RANGE, RANGE] and a
-    per-step cost >= 0."""
+    (`overheads.step_scale`) and the per-step overhead, t_i = s (T_i + dc): least squares of the
+    relative errors, s within [1/RANGE, RANGE], the per-step cost >= 0. The per-step term is fitted
+    only when the runs differ in tokens per optimizer step and it predicts each of 3 or more runs from
+    the others better than the scale alone (leave-one-out): from two runs it extrapolates wildly."""
     runs = [o for o in observations if o.step() is not None]
     if not runs:
         return profile
@@ -380,19 +391,23 @@ def _fit_scale(
     plain = profile.model_copy(update={"overheads": profile.overheads.model_copy(update={"step_scale": None})})
     here = [predict(o, plain).step_time_s for o in runs]
     base_step = profile.overheads.per_step_s or 0.0
-    free_step = len({o.tokens_per_step for o in runs}) >= 2 and PER_STEP_FROM_RUNS
-    columns = [[t / m for t, m in zip(here, measured, strict=True)]]
-    low, high = [1 / RANGE], [RANGE]
+    free_step = len(runs) >= 3 and len({o.tokens_per_step for o in runs}) >= 2
     if free_step:
-        columns.append([1 / m for m in measured])
-        low.append(-base_step * RANGE)
-        high.append(min(measured))
-    found, _ = bounded_lsq(columns, [1.0] * len(runs), low, high)
-    scale = found[0]
+        def loo(free: bool) -> float:
+            errs = []
+            for i in range(len(runs)):
+                keep = [j for j in range(len(runs)) if j != i]
+                scale, step = _solve_scale([here[j] for j in keep], [measured[j] for j in keep], base_step, free)
+                errs.append(abs(scale * (here[i] + step - base_step) / measured[i] - 1))
+            return statistics.fmean(errs)
+
+        free_step = loo(True) < loo(False)
+        if not free_step:
+            notes.append("per-step overhead kept: fitting it does not predict the runs from each other better")
+    scale, per_step = _solve_scale(here, measured, base_step, free_step)
     source = "; ".join(f"{o.label} {o.step().source}" for o in runs)  # type: ignore[union-attr]
     fitted = plain
     if free_step:
-        per_step = max(0.0, base_step + found[1] / scale)
         values.append(
             CalibratedValue(
                 path="overheads.per_step_s",
@@ -415,23 +430,53 @@ def _fit_scale(
     return fitted.model_copy(update={"overheads": fitted.overheads.model_copy(update={"step_scale": scale})})
 
 
+def _gaps(runs: list[Observation], profile: HardwareProfile) -> tuple[list[float], list[float], list[float]]:
+    """Per run: measured peak - the estimate's counter (with the profile's slack), the estimate's
+    overhead term without that slack, and the measured peak."""
+    old = (profile.gpu.memory_slack_bytes or 0) if profile.gpu is not None else 0
+    gaps, floors, peaks = [], [], []
+    for o in runs:
+        memory = estimate_memory(o.spec, o.workload, o.zero, hardware=sized(profile, o.workload))
+        peak = o.measured.peak_bytes.value  # type: ignore[union-attr]
+        gaps.append(peak - counter_bytes(memory, o.measured.peak_kind))
+        floors.append(memory.per_gpu.overhead - old)
+        peaks.append(peak)
+    return gaps, floors, peaks
+
+
 def _fit_memory(
     observations: list[Observation], profile: HardwareProfile, values: list[CalibratedValue], notes: list[str]
 ) -> HardwareProfile:
+    """GPU memory slack, only where the runs show it is the machine's and not one job's: from two runs
+    on, the median gap is applied when it predicts each run from the others better than the profile
+    does (leave-one-out). One run cannot tell the two apart: on the published sources one run's gap
+    made the other runs' memory worse (scripts/evidence/calibrate_from_log.py), so it is only reported."""
     runs = [o for o in observations if o.measured.peak_bytes is not None]
     if not runs:
         return profile
     if profile.gpu is None:
         notes.append("the profile has no GPU: the runs' memory peaks are not fitted")
         return profile
+    gaps, floors, peaks = _gaps(runs, profile)
+    if len(runs) < 2:
+        notes.append(
+            f"{runs[0].label}: its peak is {gaps[0] / GiB:+.2f} GiB off the estimate; not applied to other jobs: one run "
+            "cannot tell this machine's memory slack from its own job's (give two or more logs)"
+        )
+        return profile
+    without = statistics.fmean(abs(g) / p for g, p in zip(gaps, peaks, strict=True))
+    loo = statistics.fmean(
+        abs(g - statistics.median(gaps[:i] + gaps[i + 1 :])) / p for i, (g, p) in enumerate(zip(gaps, peaks, strict=True))
+    )
+    if loo >= without:
+        notes.append(
+            f"memory slack not fitted: the runs' gaps ({', '.join(f'{g / GiB:+.2f}' for g in gaps)} GiB) do not predict each "
+            f"other (leave-one-out {loo:.1%} vs {without:.1%} without)"
+        )
+        return profile
     old = profile.gpu.memory_slack_bytes or 0
-    gaps, floors = [], []
-    for o in runs:
-        memory = estimate_memory(o.spec, o.workload, o.zero, hardware=sized(profile, o.workload))
-        gaps.append(o.measured.peak_bytes.value - counter_bytes(memory, o.measured.peak_kind))  # type: ignore[union-attr]
-        floors.append(memory.per_gpu.overhead - old)
     slack = old + statistics.median(gaps)
-    note = None
+    note = f"leave-one-out over the runs: {without:.1%} -> {loo:.1%}"
     if slack < -min(floors):
         slack, note = -min(floors), "on its floor: the estimate's CUDA context and allocator slack cannot go below 0"
     capacity = profile.gpu.memory_bytes
