@@ -50,7 +50,7 @@ _THROUGHPUT_OLD = re.compile(rb"SamplesPerSec=([\d.]+)")  # older DeepSpeed: no 
 _MAXMEM = re.compile(rb"MaxMemAllocated=([\d.]+)GB")
 
 
-_TQDM = re.compile(rb"\d+/\d+ \[[\d:]+<[\d:?]+, +([\d.]+)(s/it|it/s)")
+_TQDM = re.compile(rb"\[[\d:]+<[\d:?]+, +([\d.]+)(s/it|it/s)")  # starts with a literal: a fast scan
 """tqdm's bar: `12/200 [00:30<07:50,  2.50s/it]` (or `it/s` when faster than one a second)."""
 _HF_FINAL = {
     "train_runtime_s": re.compile(rb"'train_runtime': ([\d.]+)"),
@@ -85,7 +85,7 @@ def _breakdown(block: Block, s: Scan) -> None:
         for name, column in zip(_STEP_NAMES, zip(*rows, strict=True), strict=True):
             values = list(map(float, column))
             _add(s, name, sum(values), len(values))
-            _series(block, s, name, b"| fwd: ", values)
+            _series(block, s, name, b"| step: ", values)  # the step line alone has " | step: "
         if s.breakdown_line is None:
             s.breakdown_line = block.line_at(_STEP.search(data).start())
     timer_lines = data.count(b"time (ms) |")
@@ -146,9 +146,11 @@ def _hf_final(block: Block, s: Scan) -> None:
             found = list(pattern.finditer(data))
             if found:
                 s.facts[name] = Fact(float(found[-1].group(1)), block.line_at(found[-1].start()))
-    if b"/it]" in data or b"it/s]" in data:
-        steps = [float(v) if unit == b"s/it" else 1.0 / float(v) for v, unit in _TQDM.findall(data) if float(v) > 0]
-        _series(block, s, "s_per_it", b"/it]" if b"/it]" in data else b"it/s]", steps)
+    if b"s/it" in data or b"it/s" in data:
+        found = list(_TQDM.finditer(data))
+        steps = [float(m.group(1)) if m.group(2) == b"s/it" else 1.0 / float(m.group(1)) for m in found if float(m.group(1)) > 0]
+        if steps:
+            s.extend_series("s_per_it", steps, block.line_at(found[0].start()), block.line_at(found[-1].start()))
     if b"MiB /" in data:
         for m in _SMI.finditer(data):
             used, total = int(m.group(1)), int(m.group(2))
