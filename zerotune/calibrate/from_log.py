@@ -7,19 +7,23 @@ reader, zerotune.diagnose.analyse.read_job, or given with --config/--model) and 
 profile's. In this order, each with the model's own predictions (zerotune.model.step.predict_step,
 zerotune.model.memory.estimate_memory), so the fit uses exactly what the model multiplies:
 
-1. **Optimizer rate**, from DeepSpeed's `step` timer (wall_clock_breakdown): under optimizer offload
-   on a GPU box the node's CPU Adam rate (`host.cpu_adam_params_per_s`), else DeepSpeed's whole
-   step per local parameter (`overheads.optimizer_params_per_s`); at most the rate the memory
-   bandwidth allows (zerotune/calibrate/bounds.py optimizer_floor). The median over the runs.
-2. **Exposed communication**, from the `bwd_allreduce` timer of multi-rank runs: the link's bus
-   bandwidth is scaled (one factor for every collective of the link) until the predicted exposed
-   communication matches, within busbw_ceiling.
-3. **Achieved FLOP/s** (every `compute` rate of the precision scaled by one factor, at most the GPU's
-   peak) and, when the runs differ in tokens per optimizer step, **per-step overhead**
-   (`overheads.per_step_s`): bounded least squares of the relative step-time errors (Gauss-Newton
-   on finite differences of predict_step, fit.bounded_lsq).
-4. **Memory slack** (`gpu.memory_slack_bytes`): the median gap between the run's peak counter and
-   the estimate's value of that counter (zerotune.model.memory.counter_bytes).
+1. **Achieved FLOP/s**, from the compute timers (fwd + bwd_inner of wall_clock_breakdown): every
+   `compute` rate of the precision scaled by one factor until the predicted compute matches, at most
+   the GPU's peak (bounds.flops_ceiling).
+2. **Optimizer rate**, from DeepSpeed's `step` timer: under optimizer offload on a GPU box the node's
+   CPU Adam rate (`host.cpu_adam_params_per_s`), else DeepSpeed's whole step per local parameter
+   (`overheads.optimizer_params_per_s`), at most what memory bandwidth allows (bounds.optimizer_floor);
+   the median over the runs.
+3. **Exposed communication**, from the `bwd_allreduce` timer of multi-rank runs: one factor on the
+   bus bandwidth of every collective of the link until the predicted exposed communication matches,
+   within bounds.busbw_ceiling.
+4. **Step scale** (`overheads.step_scale`): one factor on every predicted time for what is left of
+   the measured step times (a throughput figure alone identifies nothing finer: on the published
+   sources, putting it all on FLOP/s predicted a source's other runs worse than the profile did), and
+   the **per-step overhead** where leave-one-out over 3+ runs of different tokens per step shows it.
+5. **Memory slack** (`gpu.memory_slack_bytes`): the median gap between the runs' peak counters and
+   the estimate's value of that counter (zerotune.model.memory.counter_bytes), where leave-one-out
+   over 2+ runs shows it is the machine's and not one job's.
 
 Before fitting, every run is compared with the profile: a step time outside the profile's stated
 band (its calibration's expected error, else the probe-only or catalog error) is a finding (a slow
@@ -48,9 +52,6 @@ from zerotune.schema.model import ModelSpec
 from zerotune.schema.workload import Workload
 from zerotune.units import GiB
 
-STEP = math.log(1.05)
-"""Finite-difference step of the FLOP/s factor, in log space: 5%, well above the model's rounding and
-well inside its linear range."""
 RANGE = 1024.0
 """How far a fitted factor (FLOP/s, bandwidth) may move from the profile's value either way: three
 orders of magnitude, wider than any datasheet-to-measured gap; a fit at the edge says so."""
@@ -91,6 +92,11 @@ class Observation:
         if m.samples_per_s is not None:
             return Figure(self.samples_per_step / m.samples_per_s.value, m.samples_per_s.source)
         return None
+
+
+def from_run(obs: Observation, figure: Figure) -> str:
+    """Where a figure comes from: the run's label and its lines (--measured says itself)."""
+    return figure.source if obs.label == "--measured" else f"{obs.label} {figure.source}"
 
 
 @dataclass
@@ -244,7 +250,7 @@ def _fit_optimizer(
         else:
             part = obs.spec.params / obs.world if obs.zero.stage >= 1 else obs.spec.params
             step_rates.append(part / spent)
-        sources.append(f"{obs.label} {timer.source}")
+        sources.append(from_run(obs, timer))
     source = "; ".join(sources)
     if offload_rates:
         rate = statistics.median(offload_rates)
@@ -308,7 +314,7 @@ def _fit_comm(
             mid = (low + high) / 2
             low, high = (mid, high) if miss(math.exp(mid)) > 0 else (low, mid)
         factor, note = math.exp((low + high) / 2), None
-    source = "; ".join(f"{o.label} {o.measured.allreduce_s.source}" for o in runs)  # type: ignore[union-attr]
+    source = "; ".join(from_run(o, o.measured.allreduce_s) for o in runs)  # type: ignore[union-attr]
     for op, perf in link.collectives.items():
         if perf.busbw_Bps:
             values.append(
@@ -357,7 +363,7 @@ def _fit_compute(
             probed=top,
             calibrated=top * math.exp(log_k),
             note=note,
-            source="; ".join(f"{o.label} {o.measured.compute_s.source}" for o in runs),  # type: ignore[union-attr]
+            source="; ".join(from_run(o, o.measured.compute_s) for o in runs),  # type: ignore[union-attr]
         )
     )
     return with_flops(profile, precision, math.exp(log_k))
@@ -405,7 +411,7 @@ def _fit_scale(
         if not free_step:
             notes.append("per-step overhead kept: fitting it does not predict the runs from each other better")
     scale, per_step = _solve_scale(here, measured, base_step, free_step)
-    source = "; ".join(f"{o.label} {o.step().source}" for o in runs)  # type: ignore[union-attr]
+    source = "; ".join(from_run(o, o.step()) for o in runs)  # type: ignore[union-attr]
     fitted = plain
     if free_step:
         values.append(
@@ -488,7 +494,7 @@ def _fit_memory(
             probed=profile.gpu.memory_slack_bytes,
             calibrated=slack,
             note=note,
-            source="; ".join(f"{o.label} {o.measured.peak_bytes.source}" for o in runs),  # type: ignore[union-attr]
+            source="; ".join(from_run(o, o.measured.peak_bytes) for o in runs),  # type: ignore[union-attr]
         )
     )
     return profile.model_copy(update={"gpu": profile.gpu.model_copy(update={"memory_slack_bytes": int(slack)})})

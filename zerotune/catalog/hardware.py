@@ -285,6 +285,10 @@ def inputs_provenance(profile: HardwareProfile, precision: str) -> str:
          if profile.overheads.optimizer_params_per_s else _cpu_adam_source(profile)),
         ("DeepSpeed overheads", _overheads_source(profile)),
     ]  # fmt: skip
+    for what, path in (("step time scale", "overheads.step_scale"), ("per-step overhead", "overheads.per_step_s")):
+        said = number_source(profile, path)
+        if said.startswith("from your run"):
+            parts.append((what, said))
     if profile.gpu is not None and profile.gpu.memory_slack_bytes is not None:
         parts.append(("GPU memory slack", number_source(profile, "gpu.memory_slack_bytes")))
     return "numbers: " + ", ".join(f"{what} {how}" for what, how in parts)
@@ -301,7 +305,8 @@ def _overheads_source(profile: HardwareProfile) -> str:
     known = sum(value is not None for value in terms.values())
     if known == 0:
         return "not modelled (uncalibrated)"
-    how = "calibrated" if profile.calibration is not None else (
+    design = profile.calibration is not None and any(not v.source for v in profile.calibration.values)
+    how = "calibrated" if design else (
         "fitted on published runs" if profile.overheads.origin == "published" else "assumed")
     return how if known == len(terms) else f"{how} ({known} of {len(terms)} terms)"
 
