@@ -81,6 +81,13 @@ def test_nvidia_smi_peak_is_the_highest_row() -> None:
     assert m.peak_bytes.value == 63110 * 2**20 and m.peak_kind == "nvidia-smi"
 
 
+def test_measured_figures_replace_the_logs() -> None:
+    log = measured(LOGS / "measure" / "ds3742_breakdown_long_names.log")
+    both = log.merged(parse_measured("tokens_per_s=5000,peak_memory=10GiB"))
+    assert both.step_s is None and both.tokens_per_s.value == 5000 and both.compute_s == log.compute_s
+    assert both.peak_bytes.value == 10 * GiB
+
+
 def test_parse_measured() -> None:
     m = parse_measured("tokens_per_s=12000, peak_memory=61.5GiB, memory_kind=max_reserved")
     assert m.tokens_per_s.value == 12000 and m.peak_bytes.value == 61.5 * GiB and m.peak_kind == "max_reserved"

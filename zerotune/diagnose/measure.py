@@ -64,8 +64,11 @@ class Measured:
         return any(f is not None for f in (self.step_s, self.samples_per_s, self.tokens_per_s))
 
     def merged(self, other: Measured) -> Measured:
-        """These figures with `other`'s where it has one (--measured over the log's)."""
+        """These figures with `other`'s where it has one (--measured over the log's); a step-time figure
+        of `other` replaces all of this one's (Observation.step prefers step_s to the rates)."""
         updates = {k: v for k, v in vars(other).items() if v is not None and k not in ("notes", "peak_kind")}
+        if other.has_time:
+            updates = {"step_s": None, "samples_per_s": None, "tokens_per_s": None} | updates
         if other.peak_bytes is not None:
             updates["peak_kind"] = other.peak_kind
         return replace(self, **updates, notes=self.notes + other.notes)
