@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 from zerotune.calibrate.bounds import busbw_ceiling, flops_ceiling, optimizer_floor
-from zerotune.calibrate.fit import bounded_lsq
+from zerotune.calibrate.lsq import bounded_lsq
 from zerotune.catalog.hardware import expected_error, with_counts
 from zerotune.diagnose.measure import Figure, Measured
 from zerotune.dsconfig.settings import ZeroSettings
