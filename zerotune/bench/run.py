@@ -25,9 +25,6 @@ from zerotune.bench import aggregate, noise
 from zerotune.bench.config import Prepared, fill_auto, prepare
 from zerotune.bench.decoder import module_names
 from zerotune.bench.predicted import predict, scale_micro_steps, with_predicted_phases
-from zerotune.bench.predicted import (
-    proxy_workload as proxy_workload,  # re-exported: calibrate imports it from here
-)
 from zerotune.bench.result import BenchResult, Parity, Proxy, StageRun, median
 from zerotune.catalog.models import derive
 from zerotune.dsconfig.settings import resolve
