@@ -19,8 +19,9 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/zerotune recommend --model llama-7b
 
+# Two workers (pytest-xdist): processes that launch ranks share one (see tests/conftest.py)
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2 --dist loadgroup
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check zerotune tests scripts

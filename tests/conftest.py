@@ -90,3 +90,12 @@ def cli(capsys, monkeypatch):
 @pytest.fixture
 def corpus() -> Path:
     return CORPUS
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under `pytest -n 2 --dist loadgroup` (make test) the tests that launch DeepSpeed ranks or other
+    multi-process jobs run one after another on one worker: two such jobs at once on a 2-core box would
+    trip each other's timeouts, while the single-process tests fill the other worker."""
+    for item in items:
+        if "tests/dist/" in item.nodeid or item.get_closest_marker("slow"):
+            item.add_marker(pytest.mark.xdist_group("engine"))
