@@ -245,8 +245,8 @@ def search(
 
     # 1. memory for the whole coarse space
     by_macro: dict[tuple, list[Evaluation]] = {}
-    for cand in space.coarse():
-        by_macro.setdefault(cand.macro, []).append(evaluate.check(cand))
+    for ev in evaluate.check_many(space.coarse()):
+        by_macro.setdefault(ev.candidate.macro, []).append(ev)
     families: dict[tuple, list[Candidate]] = {}
     for base_cand in space.macros():
         c = base_cand
@@ -271,8 +271,7 @@ def search(
         for c in picks:
             seeds.append(min(by_macro[c.macro], key=lambda e: (e.per_gpu_bytes, e.candidate)).candidate)
     for seed in seeds[:REFINE_SEEDS]:
-        for cand in space.refine(seed):
-            by_macro[cand.macro].append(evaluate.check(cand))
+        by_macro[seed.macro].extend(evaluate.check_many(space.refine(seed)))
 
     # 3. screening: the largest fitting micro-batches per (stage, offload, checkpointing)
     screened: list[Evaluation] = []
