@@ -25,8 +25,10 @@ the search stays pure and testable.
 
 from __future__ import annotations
 
+import gc
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from zerotune.errors import InputError
@@ -220,7 +222,31 @@ def search(
     step_fn: StepFn | None = None,
 ) -> SearchResult:
     """Find the best configuration of `model` on `hardware` for `request` (see module docstring)."""
-    request = request or SearchRequest()
+    with _no_cycle_collection():
+        return _search(model, hardware, request or SearchRequest(), memory_fn, step_fn)
+
+
+@contextmanager
+def _no_cycle_collection() -> Iterator[None]:
+    """Pause the cyclic garbage collector. The search allocates some 10^5 objects that form no
+    cycles (candidates, evaluations, estimates; reference counting frees them), and each collection
+    the allocations trigger walks all of them again: ~10% of the search's instructions."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _search(
+    model: ModelSpec,
+    hardware: HardwareProfile,
+    request: SearchRequest,
+    memory_fn: MemoryFn | None,
+    step_fn: StepFn | None,
+) -> SearchResult:
     started = time.perf_counter()
     memory_fn = memory_fn or _default_memory_fn()
     step_fn = step_fn or _default_step_fn()
