@@ -412,6 +412,7 @@ def with_predicted_phases(result: BenchResult, *, torch_optimizer: bool = True) 
             proxy_workload(result.proxy),
             resolve(result.config).zero,
             torch_optimizer=torch_optimizer,
+            gloo=result.device == "cpu",  # CPU ranks run gloo (step_worker)
         )
         predicted = estimate.bench_phases(host_is_device=result.device == "cpu")
     except Exception:  # noqa: BLE001 - the model is another component: never fail the measurement

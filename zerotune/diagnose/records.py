@@ -12,6 +12,9 @@ from dataclasses import dataclass, field
 
 MAX_EVENTS = 50
 """Per kind of signal: the first ones are kept as evidence, later ones are only counted."""
+SERIES_MAX = 256
+"""Per-step figures kept per series (the latest ones): a median over them ignores the warm-up steps of
+a long log and holds the memory of a week-long one bounded."""
 
 # ---- lines ------------------------------------------------------------------------------------------------------
 
@@ -79,7 +82,7 @@ class Oom:
 class CollectiveFailure:
     line: LogLine
     kind: str
-    """timeout, error or desync"""
+    """timeout, error, desync, or warn (an `NCCL WARN` line: a candidate, not a failure by itself)"""
     op: str | None = None
     seq: int | None = None
     numel: int | None = None
@@ -172,6 +175,14 @@ class Scan:
     build_errors: list[Event] = field(default_factory=list)
     """a DeepSpeed op that failed to build or load (value: the op's name when the line gives it)"""
     client_optimizer: list[LogLine] = field(default_factory=list)
+    frame_causes: list[Event] = field(default_factory=list)
+    """the cause family of traceback frames (value "frame"), of an exception raised in code of a family
+    (value "raised") and of exception types (value "exception"),
+    the first ones: where a failure no message names happened (signals.frames)"""
+    last_frame: LogLine | None = None
+    """the latest traceback frame line, of any code (the raise site when an exception line follows)"""
+    last_frame_cause: Event | None = None
+    """the latest frame of a family (a traceback cut before its exception line ends with it)"""
     nccl_transport: list[LogLine] = field(default_factory=list)
     """NCCL found no InfiniBand device and runs its inter-node traffic over TCP sockets"""
     hangs: list[Event] = field(default_factory=list)
@@ -190,12 +201,25 @@ class Scan:
     samples_per_s: list[float] = field(default_factory=lambda: [0.0, 0.0])
     """[sum, count] of DeepSpeed's CurrSamplesPerSec / HF's train_samples_per_second"""
     throughput_line: LogLine | None = None
+    series: dict[str, list[float]] = field(default_factory=dict)
+    """the last SERIES_MAX values of each per-step figure (zerotune.diagnose.signals.timers): step
+    timers (ms), CurrSamplesPerSec, tqdm's seconds per iteration; what calibrate --from-log reads"""
+    series_lines: dict[str, list[LogLine]] = field(default_factory=dict)
+    """for each series, its first and latest line"""
     config: dict | None = None
     config_line: LogLine | None = None
     config_error: str | None = None
 
     def fact(self, name: str, value: object, line: LogLine) -> None:
         self.facts.setdefault(name, Fact(value, line))
+
+    def extend_series(self, name: str, values: list[float], first: LogLine, last: LogLine) -> None:
+        """Append a block's values of one per-step figure, keeping the latest SERIES_MAX."""
+        held = self.series.setdefault(name, [])
+        held.extend(values)
+        del held[:-SERIES_MAX]
+        lines = self.series_lines.setdefault(name, [first, last])
+        lines[1] = last
 
     def add(self, items: list, item: object) -> None:
         if len(items) < MAX_EVENTS:
