@@ -40,7 +40,7 @@ Stage 3 is in zerotune.model.stage3_live (gathered parameters, in-flight all-gat
 from __future__ import annotations
 
 from functools import lru_cache
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 from typing import NamedTuple
 
 from zerotune.model.memory_facts import ActivationPhases
@@ -57,6 +57,7 @@ class Term(NamedTuple):
 
 
 _nbytes = itemgetter(2)
+_total = attrgetter("total")
 """Term.nbytes, as a function (sums over terms run in C)"""
 
 
@@ -353,4 +354,4 @@ def _kinds(phase: Phase) -> dict[str, int]:
 
 
 def peak(phases: tuple[Phase, ...]) -> Phase:
-    return max(phases, key=lambda p: p.total)
+    return max(phases, key=_total)

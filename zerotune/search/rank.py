@@ -345,7 +345,9 @@ def _search(
     groups: dict[tuple[int, str, str], Group] = {}
     for ev in evaluations:
         c = ev.candidate
-        g = groups.setdefault((c.stage, c.offload_optimizer, c.offload_param), Group((c.stage, *c.offload)))
+        g = groups.get(c[:3])  # (stage, offload_optimizer, offload_param)
+        if g is None:
+            g = groups[c[:3]] = Group(c[:3])
         g.candidates += 1
         if g.smallest is None or (ev.per_gpu_bytes, ev.candidate) < (
             g.smallest.per_gpu_bytes,
