@@ -39,8 +39,8 @@ Stage 3 is in zerotune.model.stage3_live (gathered parameters, in-flight all-gat
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import lru_cache
+from operator import attrgetter, itemgetter
 from typing import NamedTuple
 
 from zerotune.model.memory_facts import ActivationPhases
@@ -56,6 +56,11 @@ class Term(NamedTuple):
     nbytes: int
 
 
+_nbytes = itemgetter(2)
+_total = attrgetter("total")
+"""Term.nbytes, as a function (sums over terms run in C)"""
+
+
 class Phase:
     """What is live at one boundary of the step (immutable; hashes by identity: each is made once per
     cached timeline, and the search compares thousands of them)."""
@@ -67,11 +72,11 @@ class Phase:
         self.group = group
         """init, forward, backward, step or end: the interval `zerotune bench` measures it in"""
         self.terms = terms
-        self.total = sum([t.nbytes for t in terms])
+        self.total = sum(map(_nbytes, terms))
         """live bytes on the device"""
         self.host = host
         """what the rank holds in host memory then (optimizer offload)"""
-        self.host_total = sum([t.nbytes for t in host])
+        self.host_total = sum(map(_nbytes, host))
 
     def __repr__(self) -> str:
         return f"Phase({self.name!r}, {self.total})"
@@ -83,9 +88,10 @@ class Phase:
         return sum(t.nbytes for t in self.terms if t.label == label)
 
 
-@dataclass(frozen=True)
-class StepInputs:
-    """Everything the timeline needs, in bytes (or elements where named so) for one rank."""
+class StepInputs(NamedTuple):
+    """Everything the timeline needs, in bytes (or elements where named so) for one rank. A NamedTuple:
+    the timelines are cached on it, and a tuple hashes and compares in C (a frozen dataclass builds a
+    tuple of its fields in Python at every lookup)."""
 
     stage: int
     elem: int
@@ -162,6 +168,7 @@ def steady(s: StepInputs) -> tuple[Term, ...]:
     return tuple(terms)
 
 
+@lru_cache(maxsize=4096)
 def activations_left(walk: tuple[tuple[int, int], ...], reduced: int) -> tuple[int, int]:
     """(activation bytes still live, largest tensor elements of the layer in progress) once backward has
     produced `reduced` gradient elements: the layers whose backward finished have freed theirs."""
@@ -347,4 +354,4 @@ def _kinds(phase: Phase) -> dict[str, int]:
 
 
 def peak(phases: tuple[Phase, ...]) -> Phase:
-    return max(phases, key=lambda p: p.total)
+    return max(phases, key=_total)

@@ -7,7 +7,8 @@ batch split, checkpointing, precision).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+import operator
+from typing import NamedTuple
 
 from zerotune.dsconfig.knobs import CHOSEN_FIELDS, KNOBS
 from zerotune.dsconfig.settings import (
@@ -42,12 +43,14 @@ _FIXED_BY_STAGE = {
 }
 
 
-@dataclass(frozen=True, slots=True, order=True)
-class Candidate:
+class Candidate(NamedTuple):
     """One configuration the search evaluates. Sizes are elements (DeepSpeed's unit).
 
     Field order is the deterministic tie-break order: lower stages, no offload, smaller
-    micro-batches first.
+    micro-batches first. A NamedTuple, not a dataclass: the search builds, hashes and compares
+    tens of thousands of these, and a tuple does all three in C (a frozen dataclass's __init__
+    sets each field through object.__setattr__, ~5x slower). Compare Candidates only with
+    Candidates (a tuple of the same values is equal).
     """
 
     stage: int
@@ -74,26 +77,16 @@ class Candidate:
     @property
     def macro(self) -> tuple:
         """The memory-dominant choices; refinement happens within one macro."""
-        return (
-            self.stage,
-            self.offload_optimizer,
-            self.offload_param,
-            self.micro_batch,
-            self.grad_accum,
-            self.checkpointing,
-        )
+        return self[:6]  # stage, offload_optimizer, offload_param, micro_batch, grad_accum, checkpointing
 
     def with_(self, **changes) -> Candidate:
-        """A copy with `changes` (dataclasses.replace is 3x slower; the search does this a lot)."""
-        values = [getattr(self, name) for name in _FIELD_NAMES]
-        for name, value in changes.items():
-            values[_FIELD_INDEX[name]] = value
-        return Candidate(*values)
+        """A copy with `changes`."""
+        return self._replace(**changes)
 
     @property
     def zero_key(self) -> tuple:
         """The fields that end up in zero_optimization (candidates sharing it share ZeroSettings)."""
-        return (self.offload_optimizer, self.offload_param, *(getattr(self, f) for f in CHOSEN_FIELDS))
+        return (self.offload_optimizer, self.offload_param, *_chosen(self))
 
     def zero_settings(self) -> ZeroSettings:
         """The ZeroSettings DeepSpeed would resolve from this candidate's emitted config.
@@ -101,15 +94,15 @@ class Candidate:
         A copy of a validated template (model_copy is ~10x cheaper than construction): every
         value here comes from our own grids, and the search builds thousands of these.
         """
-        update = {f: getattr(self, f) for f in CHOSEN_FIELDS}
+        update = dict(zip(CHOSEN_FIELDS, _chosen(self), strict=True))
         update.update(_FIXED_BY_STAGE[self.stage])
         update["offload_optimizer"] = _OFFLOAD_OPT[self.offload_optimizer]
         update["offload_param"] = _OFFLOAD_PAR[self.offload_param]
         return _ZERO_TEMPLATE.model_copy(update=update)
 
     def as_dict(self) -> dict:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        return self._asdict()
 
 
-_FIELD_NAMES = tuple(f.name for f in fields(Candidate))
-_FIELD_INDEX = {name: i for i, name in enumerate(_FIELD_NAMES)}
+_chosen = operator.itemgetter(*(Candidate._fields.index(f) for f in CHOSEN_FIELDS))
+"""The CHOSEN_FIELDS values of a Candidate, in that order."""

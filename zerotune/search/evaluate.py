@@ -8,8 +8,7 @@ are passed in as functions, so the search stays pure and testable.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from zerotune.model.fit import fits
 from zerotune.schema.hardware import HardwareProfile
@@ -18,13 +17,15 @@ from zerotune.schema.workload import Workload
 from zerotune.search.candidate import Candidate
 from zerotune.search.space import Space, workload_for
 
+_NEVER = float("inf")
+"""step_time_s of a candidate without a step-time prediction"""
+
 MemoryFn = Callable[..., Any]
 StepFn = Callable[..., Any]
 
 
-@dataclass(frozen=True, slots=True)
-class Evaluation:
-    """One candidate, judged."""
+class Evaluation(NamedTuple):
+    """One candidate, judged (a NamedTuple: the search makes one per candidate, tens of thousands)."""
 
     candidate: Candidate
     memory: Any
@@ -67,7 +68,7 @@ class Evaluator:
         self.memory_fn, self.step_fn = memory_fn, step_fn
         self.cache: dict[Candidate, Evaluation] = {}
         self.steps: dict[tuple, Any] = {}
-        self.memories: dict[tuple, tuple[Any, str | None]] = {}
+        self.memories: dict[tuple, tuple[Any, str | None, int]] = {}
         self._workloads: dict[tuple, Workload] = {}
         self._zeros: dict[tuple, Any] = {}
 
@@ -87,7 +88,24 @@ class Evaluator:
         hit = self.cache.get(cand)
         if hit is not None:
             return hit
-        mkey = self.space.memory_key(cand)
+        memory, reject, total = self._memory(cand, self.space.memory_key(cand))
+        ev = self.cache[cand] = Evaluation(cand, memory, None, reject, total, 0.0, _NEVER)
+        return ev
+
+    def check_many(self, cands: list[Candidate]) -> list[Evaluation]:
+        """`check` for many candidates; the stage-3 secondary grid (Space.refine) comes through here."""
+        cache, memory_key, out = self.cache, self.space.memory_key, []
+        for cand in cands:
+            ev = cache.get(cand)
+            if ev is None:
+                memory, reject, total = self._memory(cand, memory_key(cand))
+                ev = cache[cand] = Evaluation(cand, memory, None, reject, total, 0.0, _NEVER)
+            out.append(ev)
+        return out
+
+    def _memory(self, cand: Candidate, mkey: tuple) -> tuple[Any, str | None, int]:
+        """(MemoryEstimate, reject reason, per-GPU bytes) of `cand`, shared by every candidate with its
+        memory key."""
         known = self.memories.get(mkey)
         if known is None:
             workload, zero = self._inputs(cand)
@@ -95,11 +113,8 @@ class Evaluator:
                 self.model, workload, zero, hardware=self.hardware, safety_margin=self.margin
             )
             reject = fits(memory, self.hardware, self.base.gpus_per_node, self.margin).reason
-            known = self.memories[mkey] = (memory, reject)
-        memory, reject = known
-        ev = Evaluation.of(cand, memory, None, reject)
-        self.cache[cand] = ev
-        return ev
+            known = self.memories[mkey] = (memory, reject, memory.per_gpu.total)
+        return known
 
     def unconstrained(self, cand: Candidate) -> Evaluation:
         """Memory and step time even when it does not fit: the counterfactual "how fast would

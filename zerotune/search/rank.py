@@ -25,8 +25,10 @@ the search stays pure and testable.
 
 from __future__ import annotations
 
+import gc
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from zerotune.errors import InputError
@@ -220,7 +222,31 @@ def search(
     step_fn: StepFn | None = None,
 ) -> SearchResult:
     """Find the best configuration of `model` on `hardware` for `request` (see module docstring)."""
-    request = request or SearchRequest()
+    with _no_cycle_collection():
+        return _search(model, hardware, request or SearchRequest(), memory_fn, step_fn)
+
+
+@contextmanager
+def _no_cycle_collection() -> Iterator[None]:
+    """Pause the cyclic garbage collector. The search allocates some 10^5 objects that form no
+    cycles (candidates, evaluations, estimates; reference counting frees them), and each collection
+    the allocations trigger walks all of them again: ~10% of the search's instructions."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _search(
+    model: ModelSpec,
+    hardware: HardwareProfile,
+    request: SearchRequest,
+    memory_fn: MemoryFn | None,
+    step_fn: StepFn | None,
+) -> SearchResult:
     started = time.perf_counter()
     memory_fn = memory_fn or _default_memory_fn()
     step_fn = step_fn or _default_step_fn()
@@ -245,8 +271,8 @@ def search(
 
     # 1. memory for the whole coarse space
     by_macro: dict[tuple, list[Evaluation]] = {}
-    for cand in space.coarse():
-        by_macro.setdefault(cand.macro, []).append(evaluate.check(cand))
+    for ev in evaluate.check_many(space.coarse()):
+        by_macro.setdefault(ev.candidate.macro, []).append(ev)
     families: dict[tuple, list[Candidate]] = {}
     for base_cand in space.macros():
         c = base_cand
@@ -271,8 +297,7 @@ def search(
         for c in picks:
             seeds.append(min(by_macro[c.macro], key=lambda e: (e.per_gpu_bytes, e.candidate)).candidate)
     for seed in seeds[:REFINE_SEEDS]:
-        for cand in space.refine(seed):
-            by_macro[cand.macro].append(evaluate.check(cand))
+        by_macro[seed.macro].extend(evaluate.check_many(space.refine(seed)))
 
     # 3. screening: the largest fitting micro-batches per (stage, offload, checkpointing)
     screened: list[Evaluation] = []
@@ -320,7 +345,9 @@ def search(
     groups: dict[tuple[int, str, str], Group] = {}
     for ev in evaluations:
         c = ev.candidate
-        g = groups.setdefault((c.stage, c.offload_optimizer, c.offload_param), Group((c.stage, *c.offload)))
+        g = groups.get(c[:3])  # (stage, offload_optimizer, offload_param)
+        if g is None:
+            g = groups[c[:3]] = Group(c[:3])
         g.candidates += 1
         if g.smallest is None or (ev.per_gpu_bytes, ev.candidate) < (
             g.smallest.per_gpu_bytes,

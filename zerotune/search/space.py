@@ -221,7 +221,8 @@ class Space:
         if seed.stage != 3:
             return []
         grids = [self.grids[field] for field in STAGE3_KNOBS]
-        return [seed.with_(**dict(zip(STAGE3_KNOBS, values, strict=True))) for values in itertools.product(*grids)]
+        head, make = seed[: -len(STAGE3_KNOBS)], Candidate._make
+        return [make(head + values) for values in itertools.product(*grids)]
 
     def secondary_grid(self, field: str) -> tuple[int, ...]:
         return self.grids[field]
@@ -237,20 +238,29 @@ class Space:
         """The stage-3 secondary knobs with DeepSpeed-equivalent values merged (exact): a
         persistence threshold acts only through which tensors it makes persistent; max_live and
         max_reuse_distance saturate at the model's size (the trace of a step holds every
-        parameter at most twice); sub-groups saturate at this rank's partition."""
-        total = self.model.params
-        return (
-            cand.prefetch_bucket_size,
-            self._persistent_count(cand.param_persistence_threshold),
-            min(cand.max_live_parameters, total),
-            min(cand.max_reuse_distance, 2 * total),
-            min(cand.sub_group_size, -(-total // self.world_size)),
-        )
+        parameter at most twice); sub-groups saturate at this rank's partition. Memoised on the
+        raw values: the secondary grid repeats them thousands of times."""
+        raw = cand[-len(STAGE3_KNOBS) :]
+        merged = self._merged_stage3.get(raw)
+        if merged is None:
+            total = self.model.params
+            merged = self._merged_stage3[raw] = (
+                cand.prefetch_bucket_size,
+                self._persistent_count(cand.param_persistence_threshold),
+                min(cand.max_live_parameters, total),
+                min(cand.max_reuse_distance, 2 * total),
+                min(cand.sub_group_size, -(-total // self.world_size)),
+            )
+        return merged
+
+    @cached_property
+    def _merged_stage3(self) -> dict[tuple, tuple]:
+        return {}
 
     def memory_key(self, cand: Candidate) -> tuple:
         """The inputs per-GPU memory depends on, DeepSpeed-equivalent values merged:
         allgather_bucket_size allocates nothing on torch with all_gather_into_tensor (§4.1)."""
-        head = cand.macro + (cand.precision,)
+        head = cand[:7]  # macro + precision
         if cand.stage == 0:
             return head
         if cand.stage in (1, 2):
@@ -269,7 +279,7 @@ class Space:
         bucket copy; a buffer unused on modern torch); the stage-3 knobs are unread below stage
         3; sub_group_size changes the step only under optimizer offload, where the host-device
         copies of one sub-group hide behind the CPU Adam update of the next."""
-        head = cand.macro + (cand.precision,)
+        head = cand[:7]  # macro + precision
         if cand.stage == 0:
             return head
         if cand.stage in (1, 2):
