@@ -40,8 +40,8 @@ from zerotune.model.live_bytes import (
 )
 
 GLOO_THREADS = 2
-"""Collectives a gloo process group runs at once: torch's ProcessGroupGloo::Options default of two
-worker threads (torch/csrc/distributed/c10d/ProcessGroupGloo.cpp)."""
+"""Collectives a gloo process group runs at once: its worker threads, two by default
+(`torch.distributed.ProcessGroupGloo._Options()._threads` is 2 at torch 2.13; ProcessGroupGloo.cpp)."""
 
 
 @lru_cache(maxsize=8192)
