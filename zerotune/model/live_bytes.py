@@ -124,6 +124,9 @@ class StepInputs(NamedTuple):
     """stage 3: gathered parameters at the end of forward"""
     prefetch_bytes: int = 0
     """stage 3: prefetch_bucket_size elements in the model dtype"""
+    in_flight_bytes: int = 0
+    """stage 3: parameter bytes all-gathered but not yet waited at the start of a traced forward
+    (zerotune.model.memory_facts `first_fetch_elements`)"""
     gloo: bool = False
     """collectives run on gloo (CPU ranks), whose reduce-scatter copies its input"""
     host_init: int = 0

@@ -31,6 +31,7 @@ from zerotune.model.live_bytes import (
 from zerotune.model.memory_facts import (
     activation_phases,
     facts_of,
+    first_fetch_elements,
     gathered_elements,
     persistent_of,
     reuse_kept_elements,
@@ -190,7 +191,7 @@ def estimate_memory(
     opt_dev = zero.offload_optimizer.device if stage > 0 else "none"
     par_dev = zero.offload_param.device if stage == 3 else "none"
     sb = config_state_bytes(workload, zero, offload=opt_dev != "none")
-    persistent = gathered = kept = 0
+    persistent = gathered = kept = in_flight = 0
     if stage == 3:
         persistent = persistent_of(facts, zero.param_persistence_threshold, zero.model_persistence_threshold)
         kept = reuse_kept_elements(
@@ -200,6 +201,7 @@ def estimate_memory(
             workload.activation_checkpointing,
         )
         gathered = gathered_elements(facts, zero, persistent, kept)
+        in_flight = first_fetch_elements(facts, zero, persistent)
     states = cached_model_states(
         facts.psi,
         n_d,
@@ -261,6 +263,7 @@ def estimate_memory(
         offload=offload,
         gathered_bytes=gathered * e,
         prefetch_bytes=min(zero.prefetch_bucket_size, facts.psi) * e if stage == 3 else 0,
+        in_flight_bytes=in_flight * e,
         gloo=gloo,
         host_init=host_init,
         host_moments=host_moments,

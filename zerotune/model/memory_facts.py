@@ -244,6 +244,23 @@ def gathered_elements(facts: Facts, zero: ZeroSettings, persistent: int, kept: i
 
 
 
+def first_fetch_elements(facts: Facts, zero: ZeroSettings, persistent: int) -> int:
+    """Stage 3: parameter elements in flight at once at the start of a traced forward (step 2 on).
+
+    Once the trace is complete, every `fetch_sub_module` issues one more coalesced all-gather of
+    ≤ prefetch_bucket_size elements, capped only by max_live_parameters minus what is already
+    gathered or in flight (DeepSpeed 0.19.8 partitioned_param_coordinator.py `_fetch_sub_module_impl`,
+    the prefetch loop after `is_complete_trace()`; `__n_available_params` is reset to 0 by
+    `reset_step` and grows at each issue in `__all_gather_params_`). A module waits only for its own
+    parameters, so a trace of many small modules has issued the whole model within the first few
+    fetches. Each issue allocates a flat buffer of its elements (partition_parameters.py
+    `_all_gather_dtype`) that lives until the last of its parameters is waited and popped from
+    `__inflight_param_registry`. `allgather_sequential` (or a zero prefetch bucket) turns this off.
+    """
+    if zero.allgather_sequential or zero.prefetch_bucket_size <= 0:
+        return 0
+    return min(facts.psi - persistent, max(zero.max_live_parameters, facts.largest_tensor))
+
 
 @lru_cache(maxsize=4096)
 def stage3_note(gathered: int, persistent: int, prefetch: int, max_live: int) -> str:

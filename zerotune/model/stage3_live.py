@@ -39,6 +39,10 @@ from zerotune.model.live_bytes import (
     with_host,
 )
 
+GLOO_THREADS = 2
+"""Collectives a gloo process group runs at once: its worker threads, two by default
+(`torch.distributed.ProcessGroupGloo._Options()._threads` is 2 at torch 2.13; ProcessGroupGloo.cpp)."""
+
 
 @lru_cache(maxsize=8192)
 def timeline_stage3(s: StepInputs) -> tuple[Phase, ...]:
@@ -54,6 +58,25 @@ def timeline_stage3(s: StepInputs) -> tuple[Phase, ...]:
         "end of forward (gathered)",
         "forward",
         base + (gathered, in_flight, Term("activations", ACTIVATIONS, s.acts.forward)),
+    )
+    # From step 2 on (complete trace) the forward starts with the whole fetchable model in flight
+    # (memory_facts `first_fetch_elements`): flat buffers of every issued all-gather, plus the
+    # parameters of the bucket being waited, copied out of its buffer while the buffer still lives
+    # (partition_parameters.py `AllGatherCoalescedHandle.wait`: one `torch.cat` per parameter). The
+    # copies of earlier buckets and the buffers of later ones partition the rest, so no gathered
+    # parameter is counted twice. On gloo each running all-gather also fills a temporary of its
+    # output's size (the `all_gather_into_tensor` copy of live_bytes' stage 1/2 step), and gloo runs
+    # two collectives at once (torch ProcessGroupGloo's two worker threads).
+    waited = min(s.prefetch_bytes, s.in_flight_bytes)
+    first_fetch = Phase(
+        "start of forward (all-gathers in flight)",
+        "forward",
+        base
+        + (
+            Term("all-gather buffers in flight", BUFFERS, s.in_flight_bytes),
+            Term("gathered parameters", PARAMS, waited),
+        )
+        + ((Term("all-gather output (gloo)", BUFFERS, GLOO_THREADS * waited),) if s.gloo else ()),
     )
     start = Phase(
         "start of backward",
@@ -97,6 +120,7 @@ def timeline_stage3(s: StepInputs) -> tuple[Phase, ...]:
         step = Phase("optimizer step", "step", base)
     return with_host(s, (
         Phase("after init", "init", init),
+        *((first_fetch,) if s.in_flight_bytes else ()),
         fwd,
         start,
         reduce,
