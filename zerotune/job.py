@@ -90,6 +90,8 @@ def load_hardware(inputs: JobInputs, notices: list[str], recorded: str | None = 
     if inputs.profile is not None or recorded:
         ref = inputs.profile or recorded
         hardware = load_profile(ref)
+        if hardware.calibration is not None and any(v.source for v in hardware.calibration.values):
+            notices.append(inputs_provenance(hardware, "bf16" if hardware.has_gpus else "fp32"))  # the user's run
     else:
         hardware, ref = default_profile(notices)
         notices.append(inputs_provenance(hardware, "bf16" if hardware.has_gpus else "fp32"))

@@ -53,6 +53,9 @@ from zerotune.calibrate.fit import predict_run  # noqa: E402
 from zerotune.schema.hardware import HardwareProfile  # noqa: E402
 
 OUT = REPO / "data" / "evidence" / "calibration_stability.json"
+KEEP = REPO / "data" / "evidence" / "calibration_runs"
+"""One JSON per round: the design runs as `calibrate --save-runs` wrote them (base profile, every run's
+step times, phases, collectives, load and wall time) and the held-out runs, for offline replay."""
 MEDIAN_TARGET_PCT = 6.0
 """Issue 24's acceptance: median held-out MAPE of the rounds that cached."""
 TIME_TARGET_S = 90.0
@@ -97,8 +100,9 @@ def calibrate(cache: Path, loaded: bool) -> dict[str, Any]:
         report = json.loads(done.stdout)
     except json.JSONDecodeError:
         report = {}
-    base = json.loads(runs.read_text())["base"] if runs.is_file() else None
-    return {"code": done.returncode, "wall_s": wall, "report": report, "base": base,
+    saved = json.loads(runs.read_text()) if runs.is_file() else None
+    return {"code": done.returncode, "wall_s": wall, "report": report, "saved": saved,
+            "base": saved["base"] if saved else None,
             "cached": (cache / "calibrated.yaml").is_file(),
             "stderr_tail": done.stderr.strip().splitlines()[-3:]}  # fmt: skip
 
@@ -126,7 +130,7 @@ def non_physical(profile: dict[str, Any]) -> list[str]:
     return bad
 
 
-def one_round(i: int, loaded: bool, held_set: str) -> dict[str, Any]:
+def one_round(i: int, loaded: bool, held_set: str, keep: Path | None = None) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="zerotune-stability-") as tmp:
         print(f"# round {i}: calibrate{' under a one-core background load' if loaded else ''}", file=sys.stderr)
         cal = calibrate(Path(tmp), loaded)
@@ -146,6 +150,11 @@ def one_round(i: int, loaded: bool, held_set: str) -> dict[str, Any]:
     t0 = time.monotonic()
     runs = measure(SETS[held_set])
     row["held_out_wall_s"] = time.monotonic() - t0
+    if keep is not None and cal["saved"]:  # the raw measurements, for scripts/evidence/calibration_replay.py
+        keep.mkdir(parents=True, exist_ok=True)
+        raw = {"round": i, "loaded": loaded, "calibrate_wall_s": cal["wall_s"], "design": cal["saved"],
+               "held_out": runs}  # fmt: skip
+        (keep / f"round{i:02d}.json").write_text(json.dumps(raw) + "\n")
     row["held_out_mape_pct"] = mape(runs, calibrated)
     if cal["base"]:
         row["probe_only_mape_pct"] = mape(runs, HardwareProfile.model_validate(cal["base"]))
@@ -205,6 +214,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="background one-core load during calibrate: every 2nd round (default), none, all")
     parser.add_argument("--quick", action="store_true", help="the 3-config smoke set as held-out runs")
     parser.add_argument("--set", choices=sorted(SETS), default=None, help="held-out set (default: stability)")
+    parser.add_argument("--keep", default=str(KEEP), help="folder for each round's raw runs ('' for none)")
     parser.add_argument("--out", default=str(OUT), help=f"results JSON (default {OUT.relative_to(REPO)})")
     args = parser.parse_args(argv)  # fmt: skip
     held_set = args.set or ("smoke" if args.quick else "stability")
@@ -212,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     for i in range(1, args.rounds + 1):
         loaded = args.load == "all" or (args.load == "alternate" and i % 2 == 0)
-        rows.append(one_round(i, loaded, held_set))
+        rows.append(one_round(i, loaded, held_set, Path(args.keep) if args.keep else None))
         Path(args.out).write_text(json.dumps({"held_out_set": held_set, "rows": rows}, indent=1) + "\n")
     table(rows)
     result = summary(rows)

@@ -156,6 +156,12 @@ def test_a_calibration_taken_under_load_is_not_cached_and_says_why(cli, cache: P
     assert "not cached: other processes used 69% of the CPU" in line and "quiet the machine" in line
     assert "--force-cache caches anyway" in line
     assert not calibrated_cache_path().exists()
+    # the refused runs are kept next to the cache, and re-fit to the same decision
+    from zerotune.calibrate.feedback import refused_runs_path
+
+    assert str(refused_runs_path()) in line
+    again = cli("calibrate", "--from-runs", str(refused_runs_path()), "--json")
+    assert again.code == 1 and "not cached: other processes used 69% of the CPU" in " ".join(again.stderr.split())
     import json
 
     data = json.loads(run.stdout)

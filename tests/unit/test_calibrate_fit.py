@@ -14,15 +14,10 @@ import pytest
 
 from tests.conftest import cpu_probe_profile
 from zerotune.calibrate.design import design
-from zerotune.calibrate.fit import (
-    OVERHEAD_TERMS,
-    collective_samples,
-    fit,
-    fit_compute,
-    fit_overheads,
-    nnls,
-    optimizer_samples,
-)
+from zerotune.calibrate.fit import fit
+from zerotune.calibrate.lsq import nnls
+from zerotune.calibrate.overheads import OVERHEAD_TERMS, fit_overheads
+from zerotune.calibrate.rates import collective_samples, fit_compute, optimizer_samples
 from zerotune.catalog.hardware import dump_profile, load_profile
 from zerotune.catalog.models import derive, load_model
 from zerotune.collectives import busbw_factor

@@ -11,7 +11,10 @@ bounds is not a better description of the machine but noise absorbed by the wron
   Python around it, so alpha >= ALPHA_FLOOR x the probed alpha; and alpha <= the fastest measured
   call of that op (every call pays it);
 - collective bus bandwidth: on loopback gloo every byte passes through host memory at least once,
-  so busbw <= the host's memory bandwidth; on a GPU link <= the link's nominal rate when known.
+  so busbw <= the host's memory bandwidth; on a GPU link <= the link's nominal rate when known;
+- achieved FLOP/s <= the GPU's datasheet peak for the precision (no ceiling known on a CPU host);
+- memory slack: the estimate's overhead term (CUDA context + allocator slack) cannot go below 0, and
+  no GPU holds more than its capacity.
 """
 
 from __future__ import annotations
@@ -79,4 +82,12 @@ def busbw_ceiling(profile: HardwareProfile, link_name: str) -> tuple[float, str]
         return profile.host.memory_Bps, "host memory bandwidth (loopback gloo copies through memory)"
     if link is not None and link.nominal_Bps:
         return link.nominal_Bps, "the link's nominal rate"
+    return math.inf, "none known"
+
+
+def flops_ceiling(profile: HardwareProfile, precision: str) -> tuple[float, str]:
+    """Highest achieved FLOP/s a fit may reach: the GPU's dense peak for the precision."""
+    peak = profile.gpu.peak_flops(precision) if profile.gpu is not None else None
+    if peak:
+        return peak, f"the GPU's {precision} peak {peak / 1e12:.4g} TFLOP/s"
     return math.inf, "none known"

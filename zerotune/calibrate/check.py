@@ -8,7 +8,8 @@ self-check of the fit on runs it did not see.
   calibration whose runs stay above it describes a busier machine than the one it will predict for,
   and is not cached.
 - **Self-check.** Leave-one-out over the design configs (all repeats of a config leave together):
-  the step-time terms are re-fitted without the config and predict it. The rates (FLOP/s by shape,
+  the fitted step-time terms are re-fitted without the config and predict it; a config the fit needs
+  to pin a term is not held out (zerotune/calibrate/crossval.py). The rates (FLOP/s by shape,
   collectives, host memory) are measurements of the machine, like a probe's, and stay as measured
   from every run; the check asks whether the *fitted* terms generalise. The profile is cached only
   when the held-out error (MAPE) is within BAND_PCT and below the probe-only error of the same runs.
@@ -93,7 +94,8 @@ class SelfCheck:
 
     def method(self) -> str:
         return (
-            f"largest leave-one-out step-time error over {len(self.held_out_pct)} design configs "
+            f"largest leave-one-out step-time error over {len(self.held_out_pct)} design configs"
+            f"{f' ({len(self.notes)} the fit needs not held out)' if self.notes else ''} "
             f"(held-out MAPE {self.mape_pct:.1f}%, probe-only {_pct(self.probe_mape_pct)}, run noise "
             f"+-{self.noise_pct:.1f}%); fitted terms re-fitted per fold, measured rates kept"
         )

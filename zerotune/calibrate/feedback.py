@@ -17,6 +17,14 @@ def runs_cache_path() -> Path:
     return calibrated_cache_path().with_name("calibrated.runs.json")
 
 
+def refused_runs_path() -> Path:
+    """Where the runs of the last calibration the self-check refused are kept (not re-fitted by later
+    measurements: they describe no cached profile)."""
+    from zerotune.catalog.hardware import calibrated_cache_path
+
+    return calibrated_cache_path().with_name("refused.runs.json")
+
+
 def save_runs(data: dict[str, Any]) -> None:
     from zerotune.files import write_atomic
 

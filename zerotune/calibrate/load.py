@@ -89,9 +89,10 @@ class LoadMeter:
         self._ticks0 = _ticks()
         self._own0 = _own_cpu_s()
 
-    def stop(self) -> Load:
+    def stop(self, ranks_cpu_s: float = 0.0) -> Load:
+        """`ranks_cpu_s`: CPU time of our ranks that are not yet reaped (zerotune/calibrate/pool.py)."""
         seconds = time.monotonic() - self._t0
-        ticks, own = _ticks(), _own_cpu_s() - self._own0
+        ticks, own = _ticks(), _own_cpu_s() - self._own0 + ranks_cpu_s
         busy = foreign = None
         if ticks is not None and self._ticks0 is not None and seconds > 0:
             hz = float(os.sysconf("SC_CLK_TCK"))

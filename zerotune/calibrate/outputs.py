@@ -28,9 +28,17 @@ def write_outputs(
     refused = decision is not None and not decision.cache
     cached = False
     if refused and not force_cache:
+        from zerotune.calibrate import feedback
+
         found = calibrated_cache_path()
         keep = f"the previous {found}" if found.is_file() else "the previous profile (no calibration cached)"
-        written.append(f"{decision.line} (commands without --profile keep {keep}; --force-cache caches anyway)")
+        # the refused runs stay next to the cache, so they can be re-fitted or inspected (--from-runs)
+        refused_runs = feedback.refused_runs_path()
+        write_atomic(refused_runs, json.dumps(saved_runs(outcome)) + "\n", force=True)
+        written.append(
+            f"{decision.line} (commands without --profile keep {keep}; --force-cache caches anyway; "
+            f"the runs are in {refused_runs} for --from-runs)"
+        )
     elif cache:
         from zerotune.calibrate import feedback
 

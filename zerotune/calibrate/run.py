@@ -4,16 +4,18 @@
    embeds it is), never an older cached probe, whose rates were measured under other load; or the
    profile `--profile` names;
 2. the designed runs (zerotune/calibrate/design.py), each a short real DeepSpeed step through
-   zerotune.bench.run_bench (separate rank processes via zerotune.launch: a wall-clock limit, no
-   orphans) with noise-aware repetition of its steps; inside each run the ranks also measure the
-   host memory rates, and the machine's load is recorded around it (zerotune/calibrate/load.py). A
+   zerotune.bench.run_bench on one set of rank processes started once for all of them
+   (zerotune/calibrate/pool.py, via zerotune.launch: a wall-clock limit, no orphans) with
+   noise-aware repetition of its steps; inside the first runs the ranks also measure the host
+   memory rates, and the machine's load is recorded around each (zerotune/calibrate/load.py). A
    run taken under a load spike, or whose median is not known to REPEAT_PRECISION_PCT, is measured
    once more while the time budget allows, and the calmer attempt is kept; `repeats` > 1 measures
    the whole design that many times, interleaved;
 3. the fit (zerotune/calibrate/fit.py) into a copy of the base profile with a `calibration` section,
    its self-check and the cache decision (zerotune/calibrate/check.py).
 
-Budget on the 2-core CPU host: a quick probe (~10-20 s) and 7 launches of ~10 s each (BUDGET_S).
+Budget on the 2-core CPU host: a quick probe (~10-20 s), one rank start-up (~5 s) and 7 design runs
+of a few seconds of engine init and steps each (BUDGET_S).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from zerotune.calibrate.check import Decision, calmer, decide, needs_repeat
 from zerotune.calibrate.design import DesignRun, design
 from zerotune.calibrate.fit import Fit, fit
 from zerotune.calibrate.load import LoadMeter
+from zerotune.calibrate.pool import RankPool
 from zerotune.errors import InputError, RunFailed
 from zerotune.schema.hardware import HardwareProfile
 
@@ -39,16 +42,27 @@ CPU_SEQ_LEN = 128
 PRECISION = 0.03
 """Target relative standard error of each run's median step time (zerotune.bench.noise)."""
 MAX_STEPS = 15
-TIME_CAP_S = 6.0
-"""Seconds of measured steps per run at most, whatever the precision reached."""
+TIME_CAP_S = 4.0
+"""Seconds of measured steps per run at most, whatever the precision reached. Each run's wall time is
+~60% process launch, imports and engine init when launched on its own (a loaded 2026-11-25 round: 27-49 s of 37-70 s per run),
+so steps past the first few buy little; 4 s still gives 3 steps of the slowest design run (s0-wide,
+~1.8 s per step quiet) and ~10 of the fastest, and a run not known to REPEAT_PRECISION_PCT by then is
+measured again while the budget allows."""
+LOGGED_STEPS = 1
+"""Steps with the communication logger on (bucket latencies, optimizer segment): one, as the held-out
+measurements of scripts/evidence/accuracy.py; the collective fit takes medians over every run's calls."""
 REPEAT_PRECISION_PCT = 5.0
 """A run whose median step time is known less well than this (relative standard error, percent) after
 its steps stopped is measured again: half of the 10% band (zerotune/calibrate/check.py BAND_PCT)."""
 BUDGET_S = 90.0
-"""A repeat of a noisy run starts only while the calibration is inside this many seconds (issue 24:
-calibrate stays <= 90 s on the 2-core testbed); `--repeats` asks for whole rounds regardless."""
+"""A repeat of a noisy run starts only when it and the runs still to come, each taking as long as this
+one did, end inside this many seconds (issue 24: calibrate stays <= 90 s on the 2-core testbed);
+`--repeats` asks for whole rounds regardless."""
 HOST_MEMORY_S = 0.3
 """Seconds each rank spends measuring the host memory rates after a design run's steps."""
+HOST_MEMORY_RUNS = 3
+"""Design runs that measure the host memory rates (the first ones): the fit takes their median, and
+three give a median that one disturbed measurement cannot move."""
 
 Say = Callable[[str], None]
 
@@ -88,6 +102,8 @@ class Outcome:
     notes: list[str] = field(default_factory=list)
     decision: Decision | None = None
     """Cache or not, in one line (zerotune/calibrate/check.py)."""
+    timings: dict[str, float] = field(default_factory=dict)
+    """Seconds per phase of the calibration (probe, design runs, fit and self-check), for --save-runs."""
 
 
 def base_profile(
@@ -107,7 +123,11 @@ def base_profile(
         on_step=lambda rank, step: say(f"probe: {step}") if rank == 0 else None,
     )
     load = meter.stop()
-    busy = f", {load.foreign_cores:.2f} cores busy with other processes" if load.foreign_cores is not None else ""
+    busy = (
+        f", {load.foreign_cores:.2f} cores busy with other processes"
+        if load.foreign_cores is not None
+        else ""
+    )
     return outcome.profile, f"a --quick probe run now (load average {load.loadavg_1m or 0:.1f}{busy})"
 
 
@@ -132,6 +152,7 @@ def saved_runs(outcome: Outcome) -> dict[str, Any]:
         "names": [row.name for row in outcome.fit.runs],
         "base": outcome.base.model_dump(mode="json"),
         "runs": outcome.runs,
+        "timings_s": outcome.timings,
     }
 
 
@@ -188,6 +209,7 @@ def calibrate(options: CalibrateOptions, say: Say = lambda _: None) -> Outcome:
     if nproc < 2:
         raise InputError(f"--nproc {nproc}: calibration needs at least 2 ranks (collectives are fitted)")
     base, origin = base_profile(options, nproc, kind, deadline, say)
+    timings = {"probe": time.monotonic() - start}
     scale = options.width_scale or (1.0 if kind == "cuda" else CPU_WIDTH_SCALE)
     seq = options.seq_len or (CPU_SEQ_LEN if kind == "cpu" else min(2048, model.max_seq_len or 2048))
     plan = design(
@@ -202,54 +224,72 @@ def calibrate(options: CalibrateOptions, say: Say = lambda _: None) -> Outcome:
     names: list[str] = []
     notes: list[str] = []
     total = len(plan) * options.repeats
-    for i, run in enumerate([r for _ in range(options.repeats) for r in plan], 1):
-        label = f"run {i}/{total} {run.name}"
-        say(f"{label}: {run.describe()}")
+    # one set of ranks for every run (zerotune/calibrate/pool.py): start-up and imports paid once
+    with RankPool(nproc, kind, _left(deadline), say) as pool:
+        for i, run in enumerate([r for _ in range(options.repeats) for r in plan], 1):
+            label = f"run {i}/{total} {run.name}"
+            say(f"{label}: {run.describe()}")
 
-        def measure(label: str = label, run: DesignRun = run, first: bool = i == 1) -> dict[str, Any]:
-            meter = LoadMeter()
-            result = run_bench(
-                model,
-                run.config(),
-                layers=options.layers,
-                width_scale=min(1.0, scale * run.width_factor),
-                seq_len=run.seq_len,
-                micro_batch=run.micro_batch,
-                grad_accum=run.grad_accum,
-                nproc=nproc,
-                device=kind,
-                warmup=1,
-                steps=3,
-                max_steps=options.max_steps,
-                precision=options.precision,
-                time_cap_s=options.time_cap_s,
-                logged_steps=2,
-                timeout_s=_left(deadline),
-                max_micro_steps=None,
-                fault=options.fault if first else None,
-                progress=lambda message: say(f"{label}: {message}"),
-                host_memory_s=HOST_MEMORY_S if kind == "cpu" else None,
-            )
-            record = json.loads(result.model_dump_json())
-            record["load"] = {**meter.stop().as_dict(), "cores": n_cores or None}
-            return record
+            def measure(
+                label: str = label, run: DesignRun = run, first: bool = i == 1, index: int = i
+            ) -> dict[str, Any]:
+                meter = LoadMeter()
+                t_run = time.monotonic()
+                result = run_bench(
+                    model,
+                    run.config(),
+                    layers=options.layers,
+                    width_scale=min(1.0, scale * run.width_factor),
+                    seq_len=run.seq_len,
+                    micro_batch=run.micro_batch,
+                    grad_accum=run.grad_accum,
+                    nproc=nproc,
+                    device=kind,
+                    warmup=1,
+                    steps=3,
+                    max_steps=options.max_steps,
+                    precision=options.precision,
+                    time_cap_s=options.time_cap_s,
+                    logged_steps=LOGGED_STEPS,
+                    timeout_s=_left(deadline),
+                    max_micro_steps=None,
+                    fault=options.fault if first else None,
+                    progress=lambda message: say(f"{label}: {message}"),
+                    host_memory_s=HOST_MEMORY_S if kind == "cpu" and index <= HOST_MEMORY_RUNS else None,
+                    launcher=pool.launcher,
+                )
+                record = json.loads(result.model_dump_json())
+                record["load"] = {**meter.stop(pool.cpu_s).as_dict(), "cores": n_cores or None}
+                record["wall_s"] = time.monotonic() - t_run  # launch, engine init, steps, host memory
+                return record
 
-        t0 = time.monotonic()
-        record = measure()
-        why = needs_repeat(record, n_cores, REPEAT_PRECISION_PCT)
-        if why and time.monotonic() - start + (time.monotonic() - t0) <= options.budget_s:
-            say(f"{label}: measuring again: {why}")
-            record = calmer(record, measure(), n_cores)
-            notes.append(f"{run.name}: measured twice ({why}); the calmer attempt kept")
-        elif why:
-            notes.append(f"{run.name}: {why}; not measured again (time budget {options.budget_s:g} s)")
-        runs.append(record)
-        names.append(run.name)
+            t0 = time.monotonic()
+            record = measure()
+            why = needs_repeat(record, n_cores, REPEAT_PRECISION_PCT)
+            took = time.monotonic() - t0
+            # a repeat only while the runs still to come (at this run's pace) fit the budget after it
+            if why and time.monotonic() - start + took * (1 + total - i) <= options.budget_s:
+                say(f"{label}: measuring again: {why}")
+                again = measure()
+                kept = calmer(record, again, n_cores)
+                dropped = again if kept is record else record
+                kept["discarded"] = {
+                    k: dropped.get(k) for k in ("step_times_s", "step_time_s", "load", "wall_s")
+                }
+                record = kept
+                notes.append(f"{run.name}: measured twice ({why}); the calmer attempt kept")
+            elif why:
+                notes.append(f"{run.name}: {why}; not measured again (time budget {options.budget_s:g} s)")
+            runs.append(record)
+            names.append(run.name)
+    timings["design_runs"] = time.monotonic() - start - timings["probe"]
     say("fitting")
+    t_fit = time.monotonic()
     fitted = fit(runs, base, names=names)
+    timings["fit"] = time.monotonic() - t_fit
     fitted.notes[:0] = [f"calibrated {origin}", *notes]
     profile = fitted.profile
     if profile.calibration is not None:
         profile.calibration.notes[:0] = [f"base: {origin}", *notes]
     return Outcome(fit=fitted, base=base, design=plan, runs=runs, elapsed_s=time.monotonic() - start,
-                   decision=decision(fitted, options.repeats))  # fmt: skip
+                   decision=decision(fitted, options.repeats), timings=timings)  # fmt: skip

@@ -261,12 +261,12 @@ def provenance(profile: HardwareProfile) -> str:
 
 
 def number_source(profile: HardwareProfile, path: str) -> str:
-    """'calibrated', 'measured' or 'assumed' for one dotted profile path (e.g. compute.achieved_flops.fp32)."""
-    if profile.calibration is not None and any(
-        v.path == path or v.path.startswith(path + " ") or v.path.startswith(path + "[")
-        for v in profile.calibration.values
-    ):
-        return "calibrated"
+    """'from your run (LOG)', 'calibrated', 'measured' or 'assumed' for one dotted profile path (e.g.
+    compute.achieved_flops.fp32): a value `calibrate --from-log` measured on the user's own run names it."""
+    if profile.calibration is not None:
+        for v in profile.calibration.values:
+            if v.path == path or v.path.startswith(path + " ") or v.path.startswith(path + "["):
+                return f"from your run ({v.source})" if v.source else "calibrated"
     return "measured" if profile.origin == "probe" else "assumed"
 
 
@@ -282,20 +282,31 @@ def inputs_provenance(profile: HardwareProfile, precision: str) -> str:
         ("collectives", _worst([number_source(profile, f"{link}.collectives.{op}.busbw_Bps") for op in ops])
          if ops else "assumed"),
         ("optimizer step", number_source(profile, "overheads.optimizer_params_per_s")
-         if profile.overheads.optimizer_params_per_s else ("measured" if profile.host.cpu_adam_params_per_s and profile.origin == "probe" else "assumed")),
+         if profile.overheads.optimizer_params_per_s else _cpu_adam_source(profile)),
         ("DeepSpeed overheads", _overheads_source(profile)),
     ]  # fmt: skip
+    for what, path in (("step time scale", "overheads.step_scale"), ("per-step overhead", "overheads.per_step_s")):
+        said = number_source(profile, path)
+        if said.startswith("from your run"):
+            parts.append((what, said))
+    if profile.gpu is not None and profile.gpu.memory_slack_bytes is not None:
+        parts.append(("GPU memory slack", number_source(profile, "gpu.memory_slack_bytes")))
     return "numbers: " + ", ".join(f"{what} {how}" for what, how in parts)
+
+
+def _cpu_adam_source(profile: HardwareProfile) -> str:
+    return number_source(profile, "host.cpu_adam_params_per_s") if profile.host.cpu_adam_params_per_s else "assumed"
 
 
 def _overheads_source(profile: HardwareProfile) -> str:
     """Calibrated (fitted on this host's DeepSpeed steps), fitted on published runs (a catalog profile's
     `overheads.origin`), or not modelled; a partial set names how many of the terms it has."""
-    terms = profile.overheads.model_dump(exclude={"source", "origin"})
+    terms = profile.overheads.model_dump(exclude={"source", "origin", "step_scale"})
     known = sum(value is not None for value in terms.values())
     if known == 0:
         return "not modelled (uncalibrated)"
-    how = "calibrated" if profile.calibration is not None else (
+    design = profile.calibration is not None and any(not v.source for v in profile.calibration.values)
+    how = "calibrated" if design else (
         "fitted on published runs" if profile.overheads.origin == "published" else "assumed")
     return how if known == len(terms) else f"{how} ({known} of {len(terms)} terms)"
 

@@ -19,8 +19,8 @@ HELP = "Fit the step-time model's numbers to short real DeepSpeed steps on this 
 
 def command(
     model: Annotated[
-        str, typer.Option(help="Model whose layers the runs use (catalog name or file).")
-    ] = "llama-7b",
+        str | None, typer.Option(help="Model whose layers the runs use (catalog name or file); default llama-7b.")
+    ] = None,
     nproc: o.ProxyRanks = None,
     device: o.Device = "auto",
     layers: Annotated[int, typer.Option(help="Transformer blocks in the runs.")] = 2,
@@ -58,16 +58,28 @@ def command(
     ] = False,
     distributed: Distributed = False,
     fault: Fault = None,
+    from_log: o.FromLog = None,
+    measured: o.Measured = None,
+    config: o.RunConfig = None,
+    world_size: o.RunWorld = None,
+    checkpointing: o.Checkpointing = None,
 ) -> None:
     from zerotune.calibrate.run import CalibrateOptions
 
+    if from_log or measured:
+        from zerotune.cli.calibrate_log import run_from_log
+
+        said = dict(config=config, model=model, profile=profile, world_size=world_size, seq_len=seq_len)
+        run_from_log(from_log or [], measured, said | {"checkpointing": checkpointing}, out=out, force=force,
+                     cache=not no_cache, json_out=json_out)  # fmt: skip
+        return
     check_proxy(device, width_scale)
     if timeout <= 0:
         raise InputError(f"--timeout must be positive, got {timeout:g}")
     o.at_least(1, repeats=repeats)
     refuse_overwrite(out, save_runs, force=force)
     options = CalibrateOptions(
-        model=model,
+        model=model or "llama-7b",
         nproc=nproc,
         device=device,
         layers=layers,
@@ -77,7 +89,7 @@ def command(
         timeout_s=timeout,
         profile=profile,
         from_runs=from_runs,
-        fault=_fault(fault),
+        fault=o.fault_json(fault),
         repeats=repeats,
     )
     run(
@@ -90,15 +102,6 @@ def command(
         distributed=distributed,
         force_cache=force_cache,
     )
-
-
-def _fault(text: str | None) -> dict[str, Any] | None:
-    if not text:
-        return None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"--fault is not valid JSON: {exc}") from None
 
 
 def run(

@@ -47,6 +47,16 @@ AdHocLayers = Annotated[int | None, typer.Option("--layers", help=_help("layers"
 AdHocHidden = Annotated[int | None, typer.Option("--hidden", help=_help("hidden"))]
 Hf = Annotated[bool, typer.Option("--hf", help=_help("hf"))]
 Margin = Annotated[float, typer.Option(help=_help("margin"))]
+FromLog = Annotated[
+    list[str] | None,
+    typer.Option("--from-log", help="Calibrate from this training log (DeepSpeed/HF output) instead of running steps; repeatable."),
+]
+Measured = Annotated[
+    str | None,
+    typer.Option(help="A measured figure: tokens_per_s=...,samples_per_s=...,step_time_s=...,peak_memory=61GiB,memory_kind=max_allocated."),
+]
+RunConfig = Annotated[str | None, typer.Option("--config", help="The run's DeepSpeed config (else the one the log prints).")]
+RunWorld = Annotated[int | None, typer.Option("--world-size", help="The run's ranks (else what the log prints).")]
 JsonOut = Annotated[bool, typer.Option("--json", help="Print JSON only, on stdout.")]
 # The workload options (the kernels the training script runs, packing, activation offloading, MoE experts):
 # every command that models a job takes all of them (the JobInputs fields of the same names).
@@ -115,3 +125,15 @@ def check_proxy(device: str, width_scale: float | None) -> None:
         raise InputError(f"--device must be auto, cpu or cuda, got {device!r}")
     if width_scale is not None and not 0 < width_scale <= 1:
         raise InputError(f"--width-scale must be in (0, 1], got {width_scale:g}")
+
+
+def fault_json(text: str | None) -> dict | None:
+    """--fault's JSON (test-only fault injection), or an InputError."""
+    if not text:
+        return None
+    import json
+
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"--fault is not valid JSON: {exc}") from None

@@ -57,11 +57,10 @@ def _hardware(job: explain.Job, profile: str | None, oom_capacity: int | None, n
     return hw
 
 
-def analyse(stream: BinaryIO, name: str, options: Options) -> tuple[Report, dict[str, Any] | None]:
-    scan = scan_stream(stream)
-    notes: list[str] = []
+def read_job(scan: Scan, options: Options, notes: list[str]) -> explain.Job:
+    """The job as the flags and the log tell it (config, world size, sequence length, model), each
+    value with its source; shared with `calibrate --from-log`."""
     job = explain.Job()
-
     # the config: --config, else DeepSpeed's dump, else single facts
     if options.config is not None:
         from zerotune.dsconfig.load import read_config
@@ -85,8 +84,6 @@ def analyse(stream: BinaryIO, name: str, options: Options) -> tuple[Report, dict
             job.config, job.config_source = rebuilt, "log (reconstructed from engine lines)"
     if scan.config_error:
         notes.append(scan.config_error)
-
-    diagnosis = classify(scan, offload_configured=_offload_configured(job.config))
 
     # the job: world size, sequence length, checkpointing, model, hardware
     if options.world_size is not None:
@@ -119,6 +116,14 @@ def analyse(stream: BinaryIO, name: str, options: Options) -> tuple[Report, dict
                 job.spec_source = f"log:{params.line.number} (llama-shaped model of that size)"
             except ZerotuneError as exc:
                 notes.append(f"parameter count on line {params.line.number} not usable: {exc.message}")
+    return job
+
+
+def analyse(stream: BinaryIO, name: str, options: Options) -> tuple[Report, dict[str, Any] | None]:
+    scan = scan_stream(stream)
+    notes: list[str] = []
+    job = read_job(scan, options, notes)
+    diagnosis = classify(scan, offload_configured=_offload_configured(job.config))
     oom_capacity = diagnosis.oom.capacity_bytes if diagnosis.oom else None
     if (
         options.profile is not None

@@ -12,6 +12,9 @@ from dataclasses import dataclass, field
 
 MAX_EVENTS = 50
 """Per kind of signal: the first ones are kept as evidence, later ones are only counted."""
+SERIES_MAX = 256
+"""Per-step figures kept per series (the latest ones): a median over them ignores the warm-up steps of
+a long log and holds the memory of a week-long one bounded."""
 
 # ---- lines ------------------------------------------------------------------------------------------------------
 
@@ -190,12 +193,25 @@ class Scan:
     samples_per_s: list[float] = field(default_factory=lambda: [0.0, 0.0])
     """[sum, count] of DeepSpeed's CurrSamplesPerSec / HF's train_samples_per_second"""
     throughput_line: LogLine | None = None
+    series: dict[str, list[float]] = field(default_factory=dict)
+    """the last SERIES_MAX values of each per-step figure (zerotune.diagnose.signals.timers): step
+    timers (ms), CurrSamplesPerSec, tqdm's seconds per iteration; what calibrate --from-log reads"""
+    series_lines: dict[str, list[LogLine]] = field(default_factory=dict)
+    """for each series, its first and latest line"""
     config: dict | None = None
     config_line: LogLine | None = None
     config_error: str | None = None
 
     def fact(self, name: str, value: object, line: LogLine) -> None:
         self.facts.setdefault(name, Fact(value, line))
+
+    def extend_series(self, name: str, values: list[float], first: LogLine, last: LogLine) -> None:
+        """Append a block's values of one per-step figure, keeping the latest SERIES_MAX."""
+        held = self.series.setdefault(name, [])
+        held.extend(values)
+        del held[:-SERIES_MAX]
+        lines = self.series_lines.setdefault(name, [first, last])
+        lines[1] = last
 
     def add(self, items: list, item: object) -> None:
         if len(items) < MAX_EVENTS:

@@ -58,6 +58,13 @@ parameters, buckets): their varying sizes leave reserved-but-unallocated blocks,
 of them (PyTorch CUDA caching allocator; `expandable_segments` lowers it). Model states are a few
 flat buffers allocated once and fragment little, so they are left out of the base."""
 
+def _slack(hardware: HardwareProfile | None) -> int:
+    """What a run on this machine measured beyond (or below) the estimate: `gpu.memory_slack_bytes`,
+    fitted by `zerotune calibrate --from-log` (zerotune/calibrate/from_log.py); 0 when not measured."""
+    gpu = hardware.gpu if hardware is not None else None
+    return (gpu.memory_slack_bytes or 0) if gpu is not None else 0
+
+
 OFFLOAD_OPTIONS: tuple[tuple[int, str, str], ...] = (
     (0, "none", "none"),
     (1, "none", "none"),
@@ -247,7 +254,7 @@ def estimate_memory(
         optimizer_states=top.by_kind(OPTIMIZER),
         comm_buffers=comm,
         activations=activations,
-        overhead=CUDA_CONTEXT_BYTES + int(FRAGMENTATION * (activations + comm)),
+        overhead=max(0, CUDA_CONTEXT_BYTES + int(FRAGMENTATION * (activations + comm)) + _slack(hardware)),
     )
     per_node = workload.gpus_per_node
     host = states.cpu + offload_host_buffers(facts.psi, n_d, stage, zero, e)
@@ -341,3 +348,17 @@ def compare_options(
         rows.append(OffloadRow(stage, opt, par, estimate))
     return rows
 
+
+
+def counter_bytes(estimate: MemoryEstimate, kind: str) -> int:
+    """The estimate as the counter a run reads: `max_allocated` (torch.cuda.max_memory_allocated: the
+    allocator's live bytes, neither the CUDA context nor its cached free blocks), `max_reserved`
+    (torch.cuda.max_memory_reserved: with the cached blocks, the allocator slack here) or `nvidia-smi`
+    (the whole process: the CUDA context too)."""
+    b = estimate.per_gpu
+    fragmentation = int(FRAGMENTATION * (b.activations + b.comm_buffers))
+    if kind == "nvidia-smi":
+        return b.total
+    if kind == "max_reserved":
+        return b.total - CUDA_CONTEXT_BYTES
+    return b.total - CUDA_CONTEXT_BYTES - fragmentation

@@ -353,12 +353,18 @@ def predict_step(
                 f"timeline shows the last of {workload.grad_accum} micro-steps (the accumulation boundary)"
             )
 
+    overhead = oh.per_step_s + oh.per_micro_step_s * workload.grad_accum
+    scale = hardware.overheads.step_scale
+    if scale and scale != 1.0:  # a run measured on this machine (calibrate --from-log): every time scales
+        step, compute, comm, exposed, opt, transfer, overhead = (
+            t * scale for t in (step, compute, comm, exposed, opt, transfer, overhead)
+        )
+        notes.append(f"every time x {scale:.3g}: the step time your run measured against the model's (calibrate --from-log)")
     tokens_per_s = workload.tokens_per_step / step if step > 0 else 0.0
     peak = peak_flops(hardware, workload.precision)
     mfu = None
     if peak:
         mfu = tokens_per_s * model_flops_per_token / (peak * n)
-    overhead = oh.per_step_s + oh.per_micro_step_s * workload.grad_accum
     shares = {
         "compute": compute,
         "communication": exposed,

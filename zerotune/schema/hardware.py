@@ -57,6 +57,8 @@ def _physical(number: float) -> bool:
 class GpuSpec(_Strict):
     """One GPU model (every GPU of a profile is the same model)."""
 
+    _SIGNED: ClassVar[frozenset[str]] = frozenset({"memory_slack_bytes"})
+
     name: str
     memory_bytes: int | None = Field(None, description="HBM capacity in bytes, as NVML reports it")
     peak_bf16_flops: float | None = Field(None, description="dense (no sparsity) tensor-core peak")
@@ -65,6 +67,11 @@ class GpuSpec(_Strict):
     hbm_bandwidth_Bps: float | None = None
     compute_capability: str | None = None
     bf16_supported: bool | None = Field(None, description="compute capability >= 8.0 (Ampere+)")
+    memory_slack_bytes: int | None = Field(
+        None,
+        description="bytes per GPU a real run on this machine held beyond the memory model's estimate (negative: "
+        "less), measured by `zerotune calibrate --from-log` from the run's peak counter; added to every estimate",
+    )
     source: str | None = None
 
     def peak_flops(self, precision: str) -> float | None:
@@ -203,6 +210,12 @@ class OverheadSpec(_Strict):
         description="DeepSpeed's whole optimizer step on the device that runs it (grad norm, clip, Adam, "
         "partition copies, unflatten), in parameters of the local partition per second",
     )
+    step_scale: float | None = Field(
+        None,
+        description="measured step time over the model's on this machine, from the user's own run(s) "
+        "(`zerotune calibrate --from-log`/`--measured`) where they identify no single term: every predicted time "
+        "is multiplied by it (a machine that runs everything this much slower or faster than its profile)",
+    )
     origin: Literal["calibrate", "published"] | None = Field(
         None,
         description="who fitted the values: `zerotune calibrate` on this host, or scripts/evidence/fit_published.py "
@@ -214,13 +227,20 @@ class OverheadSpec(_Strict):
 class CalibratedValue(_Strict):
     """One number of the profile as the probe had it and as calibration fitted it."""
 
-    _SIGNED: ClassVar[frozenset[str]] = frozenset({"residual"})
+    _SIGNED: ClassVar[frozenset[str]] = frozenset({"residual", "probed", "calibrated"})
+    """The value itself is checked where it lands (the profile field at `path`); a signed field there
+    (gpu.memory_slack_bytes) is signed here too."""
 
     path: str = Field(description="dotted path in the profile, e.g. compute.achieved_flops.fp32")
     probed: float | None = None
     calibrated: float
     residual: float | None = Field(None, description="relative residual of the fit for this number")
     note: str | None = Field(None, description="how it was found when not a free fit, e.g. on a physical bound")
+    source: str | None = Field(
+        None,
+        description="the user's own run it was measured from (`calibrate --from-log`/`--measured`): the log and "
+        "its lines, or --measured; null for the design runs of `zerotune calibrate`",
+    )
 
 
 class Calibration(_Strict):

@@ -1,5 +1,22 @@
 """Timer signals: DeepSpeed's wall_clock_breakdown lines (`time (ms) | fwd: ... | step: ...`), its
-throughput timer (CurrSamplesPerSec, MaxMemAllocated) and HF Trainer's final train_samples_per_second.
+throughput timer (CurrSamplesPerSec, MaxMemAllocated), HF Trainer's final metrics and tqdm bar,
+and nvidia-smi's memory column. `diagnose` reads their means; `calibrate --from-log`
+(zerotune.diagnose.measure) reads the per-step series kept in `Scan.series`.
+
+Who prints each line, at DeepSpeed 0.19.8 / transformers 4.x:
+- `time (ms) | fwd: 253.57 | bwd: 1015.28 | bwd_inner: ... | bwd_allreduce: ... | step: 263.33`:
+  SynchronizedWallClockTimer.log (deepspeed/utils/timer.py), called by DeepSpeedEngine.step
+  (deepspeed/runtime/engine.py) at each optimizer-step boundary with wall_clock_breakdown on; the
+  global fwd/bwd/step timers sum the step's micro-steps and are reset after printing. Older releases
+  print the long names (`forward: ... | backward_allreduce: ...`, tests/fixtures/logs/real/ds1436*).
+- `epoch=0/micro_step=10/global_step=10, RunningAvgSamplesPerSec=..., CurrSamplesPerSec=...,
+  MemAllocated=0.07GB, MaxMemAllocated=1.36GB`: ThroughputTimer.stop (deepspeed/utils/timer.py) every
+  steps_per_print optimizer steps; CurrSamplesPerSec = train batch size / that step's elapsed time.
+  Releases before 0.6 print `0/40, SamplesPerSec=83.48, MemAllocated=..` (DeepSpeed issue 1825).
+- `{'train_runtime': 225.8, 'train_samples_per_second': 3.543, 'train_steps_per_second': 0.886, ...}`:
+  transformers' Trainer.train (its `speed_metrics`, trainer_utils.py) once at the end; tqdm's bar
+  `200/200 [03:45<00:00,  1.13s/it]` once per optimizer step.
+- nvidia-smi's table: `|  40536MiB / 81920MiB |` per GPU (memory used / total).
 
 They come once per step per rank, so they are read in bulk per block (findall), not one by one.
 """
@@ -33,6 +50,26 @@ _THROUGHPUT_OLD = re.compile(rb"SamplesPerSec=([\d.]+)")  # older DeepSpeed: no 
 _MAXMEM = re.compile(rb"MaxMemAllocated=([\d.]+)GB")
 
 
+_TQDM = re.compile(rb"\[[\d:]+<[\d:?]+, +([\d.]+)(s/it|it/s)")  # starts with a literal: a fast scan
+"""tqdm's bar: `12/200 [00:30<07:50,  2.50s/it]` (or `it/s` when faster than one a second)."""
+_HF_FINAL = {
+    "train_runtime_s": re.compile(rb"'train_runtime': ([\d.]+)"),
+    "train_steps_per_s": re.compile(rb"'train_steps_per_second': ([\d.]+)"),
+    "train_samples_per_s": re.compile(rb"'train_samples_per_second': ([\d.]+)"),
+}
+_SMI = re.compile(rb"(\d+)MiB +/ +(\d+)MiB")
+"""nvidia-smi's Memory-Usage column."""
+
+
+def _series(block: Block, s: Scan, name: str, marker: bytes, values: list[float]) -> None:
+    """Push one block's values of a per-step figure, with the lines of the first and the last line
+    holding `marker` (a literal of that line: found by find/rfind, not a second regex pass)."""
+    if values:
+        data = block.data
+        first, last = data.find(marker), data.rfind(marker)
+        s.extend_series(name, values, block.line_at(max(first, 0)), block.line_at(max(last, 0)))
+
+
 def _add(s: Scan, name: str, total: float, count: int) -> None:
     acc = s.breakdown.setdefault(name, [0.0, 0.0])
     acc[0] += total
@@ -46,7 +83,9 @@ def _breakdown(block: Block, s: Scan) -> None:
     rows = _STEP.findall(data)
     if rows:
         for name, column in zip(_STEP_NAMES, zip(*rows, strict=True), strict=True):
-            _add(s, name, sum(map(float, column)), len(column))
+            values = list(map(float, column))
+            _add(s, name, sum(values), len(values))
+            _series(block, s, name, b"| step: ", values)  # the step line alone has " | step: "
         if s.breakdown_line is None:
             s.breakdown_line = block.line_at(_STEP.search(data).start())
     timer_lines = data.count(b"time (ms) |")
@@ -68,6 +107,7 @@ def _breakdown(block: Block, s: Scan) -> None:
                 continue
         for name, value in values.items():
             _add(s, name, value, 1)
+            _series(block, s, name, m.group(0)[:40], [value])
         if s.breakdown_line is None and "fwd" in values:
             s.breakdown_line = block.line_at(m.start())
 
@@ -81,6 +121,8 @@ def _samples_per_s(block: Block, s: Scan) -> None:
         values = pattern.findall(data)
         s.samples_per_s[0] += sum(map(float, values))
         s.samples_per_s[1] += len(values)
+        if pattern is not _THROUGHPUT[1]:  # HF's final figure is a fact of its own (_hf_final)
+            _series(block, s, "samples_per_s", b"SamplesPerSec=", list(map(float, values)))
         if s.throughput_line is None and values:
             s.throughput_line = block.line_at(pattern.search(data).start())
 
@@ -94,6 +136,28 @@ def _max_mem(block: Block, s: Scan) -> None:
         if held is None or peak > float(held.value):  # type: ignore[arg-type]
             at = block.data.find(b"MaxMemAllocated=" + next(t for t in peaks if float(t) == peak))
             s.facts["max_mem_allocated_gb"] = Fact(peak, block.line_at(max(at, 0)))
+
+
+def _hf_final(block: Block, s: Scan) -> None:
+    """HF Trainer's end-of-training metrics (the latest), tqdm's per-step seconds, nvidia-smi's peak."""
+    data = block.data
+    if b"'train_" in data:
+        for name, pattern in _HF_FINAL.items():
+            found = list(pattern.finditer(data))
+            if found:
+                s.facts[name] = Fact(float(found[-1].group(1)), block.line_at(found[-1].start()))
+    if b"s/it" in data or b"it/s" in data:
+        found = list(_TQDM.finditer(data))
+        steps = [float(m.group(1)) if m.group(2) == b"s/it" else 1.0 / float(m.group(1)) for m in found if float(m.group(1)) > 0]
+        if steps:
+            s.extend_series("s_per_it", steps, block.line_at(found[0].start()), block.line_at(found[-1].start()))
+    if b"MiB /" in data:
+        for m in _SMI.finditer(data):
+            used, total = int(m.group(1)), int(m.group(2))
+            held = s.facts.get("nvidia_smi_used_mib")
+            if total and used <= total and (held is None or used > int(held.value)):  # type: ignore[call-overload]
+                s.facts["nvidia_smi_used_mib"] = Fact(used, block.line_at(m.start()))
+                s.facts["nvidia_smi_total_mib"] = Fact(total, block.line_at(m.start()))
 
 
 _PROGRESS = (
@@ -120,4 +184,5 @@ SIGNALS = (
     BlockSignal("breakdown", _breakdown),
     BlockSignal("samples_per_s", _samples_per_s),
     BlockSignal("facts", _max_mem),
+    BlockSignal("facts", _hf_final),
 )

@@ -1,0 +1,216 @@
+"""Does calibrating from one run of a machine predict its other runs (issue 22)?
+
+    .venv/bin/python scripts/evidence/calibrate_from_log.py              # published sources
+    .venv/bin/python scripts/evidence/calibrate_from_log.py --json       # one JSON document
+
+Published part: data/published/runs.yaml holds sources that give several runs of one machine (same
+URL, same box, same GPU count). For every such source and every run of it in turn, that run is the
+user's log: its measured throughput (and its peak memory, with the counter the source read) goes
+through `zerotune calibrate --measured`'s core (zerotune.calibrate.from_log.fit_logs, the same function
+the CLI calls), starting from the profile the published suite predicts with (scripts/evidence/
+published.py run_hardware); the calibrated profile then predicts the source's other runs. Reported per
+source and overall: throughput MAPE before (the suite's own prediction) and after, and memory MAPE
+where the source gives max_allocated. Goal (issue 22): <= 10% throughput, <= 5% memory.
+
+CPU part (`--cpu`): on this machine, one `zerotune bench` run's DeepSpeed output is the log; calibrate
+--from-log on it, then predict the held-out grid of data/evidence/held_out.yaml as
+scripts/evidence/calibration_stability.py measures it (2 gloo ranks, the proxy width), next to
+`zerotune calibrate`'s own held-out MAPE. It measures timing: run it on a quiet machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from published import (  # noqa: E402
+    load_run_model,
+    load_suite,
+    measured_tokens_per_s,
+    run_hardware,
+    run_workload,
+)
+
+from zerotune.calibrate.from_log import Observation, fit_logs, predict, predict_peak  # noqa: E402
+from zerotune.diagnose.measure import Figure, Measured  # noqa: E402
+from zerotune.dsconfig.settings import resolve  # noqa: E402
+
+TPUT_GOAL_PCT = 10.0
+MEMORY_GOAL_PCT = 5.0
+
+
+def observation(run: Any) -> tuple[Observation, Any] | None:
+    """The run as `calibrate --measured` sees it, and the profile the suite predicts it with."""
+    spec = load_run_model(run)
+    resolved = resolve(run.ds_config())
+    tps = measured_tokens_per_s(run, spec)
+    peak = run.measured.peak_memory_bytes
+    if tps is None and not peak:
+        return None
+    measured = Measured(
+        tokens_per_s=Figure(tps, f"{run.id} (published)") if tps else None,
+        peak_bytes=Figure(float(peak), f"{run.id} (published)") if peak else None,
+        peak_kind=run.measured.memory_kind or "max_allocated",
+    )
+    workload = run_workload(run, resolved.precision)
+    return Observation(run.id, spec, workload, resolved.zero, measured), run_hardware(run, spec, resolved.precision)
+
+
+def _ape(pred: float, meas: float) -> float:
+    return abs(pred / meas - 1) * 100
+
+
+def source_rows(runs: list[Any]) -> dict[str, Any] | None:
+    """Calibrate on each run in turn, predict the others: the pairs' errors, before and after."""
+    obs = [o for o in (observation(r) for r in runs) if o is not None]
+    if len(obs) < 2:
+        return None
+    pairs: list[dict[str, Any]] = []
+    for i, (cal, base) in enumerate(obs):
+        fitted = fit_logs([cal], base).profile
+        for j, (held, held_base) in enumerate(obs):
+            if i == j:
+                continue
+            row: dict[str, Any] = {"calibrated_on": cal.label, "predicted": held.label}
+            step = held.step()
+            if step is not None and cal.step() is not None:
+                row["tput_before_pct"] = _ape(predict(held, held_base).step_time_s, step.value)
+                row["tput_after_pct"] = _ape(predict(held, fitted).step_time_s, step.value)
+            mem = held.measured.peak_bytes
+            if mem is not None and cal.measured.peak_bytes is not None and held.measured.peak_kind == cal.measured.peak_kind:
+                row["memory_kind"] = held.measured.peak_kind
+                row["mem_before_pct"] = _ape(predict_peak(held, held_base), mem.value)
+                row["mem_after_pct"] = _ape(predict_peak(held, fitted), mem.value)
+            pairs.append(row)
+    # several logs combine: calibrate on all the other runs of the source, predict the one left out
+    rest_rows: list[dict[str, Any]] = []
+    for j, (held, held_base) in enumerate(obs):
+        others = [o for i, (o, _) in enumerate(obs) if i != j]
+        fitted = fit_logs(others, held_base).profile
+        row = {"predicted": held.label}
+        step = held.step()
+        if step is not None and any(o.step() is not None for o in others):
+            row["tput_after_pct"] = _ape(predict(held, fitted).step_time_s, step.value)
+        mem = held.measured.peak_bytes
+        if mem is not None and sum(o.measured.peak_bytes is not None for o in others) >= 2:
+            row["memory_kind"] = held.measured.peak_kind
+            row["mem_before_pct"] = _ape(predict_peak(held, held_base), mem.value)
+            row["mem_after_pct"] = _ape(predict_peak(held, fitted), mem.value)
+        rest_rows.append(row)
+    return {"runs": len(obs), "pairs": pairs, "rest": rest_rows}
+
+
+def _mean(rows: list[dict[str, Any]], key: str, kind: str | None = None) -> float | None:
+    values = [r[key] for r in rows if key in r and (kind is None or r.get("memory_kind") == kind)]
+    return statistics.fmean(values) if values else None
+
+
+def published_part() -> dict[str, Any]:
+    groups: dict[tuple, list[Any]] = defaultdict(list)
+    for run in load_suite():
+        groups[(run.source.url, run.profile, run.nodes, run.gpus_per_node)].append(run)
+    sources = []
+    for (url, profile, nodes, per_node), runs in groups.items():
+        found = source_rows(runs)
+        if found is None:
+            continue
+        pairs = found["pairs"]
+        sources.append(
+            {
+                "source": url,
+                "profile": profile,
+                "world": nodes * per_node,
+                "runs": found["runs"],
+                "pairs": pairs,
+                "rest": found["rest"],
+                "tput_before_pct": _mean(pairs, "tput_before_pct"),
+                "tput_after_pct": _mean(pairs, "tput_after_pct"),
+                "mem_before_pct": _mean(pairs, "mem_before_pct", "max_allocated"),
+                "mem_after_pct": _mean(pairs, "mem_after_pct", "max_allocated"),
+                "rest_tput_after_pct": _mean(found["rest"], "tput_after_pct"),
+                "rest_mem_before_pct": _mean(found["rest"], "mem_before_pct", "max_allocated"),
+                "rest_mem_after_pct": _mean(found["rest"], "mem_after_pct", "max_allocated"),
+            }
+        )
+    every = [p for s in sources for p in s["pairs"]]
+    rest = [r for s in sources for r in s["rest"]]
+
+    def per_source(key: str) -> float | None:  # each source weighs the same, however many pairs it has
+        values = [s[key] for s in sources if s[key] is not None]
+        return statistics.fmean(values) if values else None
+
+    overall = {
+        "sources": len(sources),
+        "pairs": len(every),
+        "tput_before_pct": _mean(every, "tput_before_pct"),
+        "tput_after_pct": _mean(every, "tput_after_pct"),
+        "tput_after_median_pct": statistics.median([p["tput_after_pct"] for p in every if "tput_after_pct" in p]),
+        "tput_after_per_source_pct": per_source("tput_after_pct"),
+        "mem_before_pct": _mean(every, "mem_before_pct", "max_allocated"),
+        "mem_after_pct": _mean(every, "mem_after_pct", "max_allocated"),
+        "rest_tput_after_pct": _mean(rest, "tput_after_pct"),
+        "rest_tput_after_median_pct": statistics.median([r["tput_after_pct"] for r in rest if "tput_after_pct" in r]),
+        "rest_mem_before_pct": _mean(rest, "mem_before_pct", "max_allocated"),
+        "rest_mem_after_pct": _mean(rest, "mem_after_pct", "max_allocated"),
+    }
+    return {"sources": sources, "overall": overall}
+
+
+def _f(value: float | None) -> str:
+    return f"{value:6.1f}%" if value is not None else "      -"
+
+
+def print_table(doc: dict[str, Any]) -> None:
+    print("calibrate on one run of a machine (--measured), predict its other runs: mean absolute % error")
+    print("(one: calibrated on one run, each other run predicted; rest: calibrated on all the others, one predicted)")
+    print(f"{'source':58} {'world':>5} {'runs':>4}  tput before    one   rest  mem(max_alloc) before  one   rest")
+    for s in doc["sources"]:
+        name = s["source"].replace("https://github.com/", "")[-56:]
+        print(
+            f"{name:58} {s['world']:5d} {s['runs']:4d}  {_f(s['tput_before_pct'])} {_f(s['tput_after_pct'])}"
+            f" {_f(s['rest_tput_after_pct'])}     {_f(s['mem_before_pct'])} {_f(s['mem_after_pct'])} {_f(s['rest_mem_after_pct'])}"
+        )
+    o = doc["overall"]
+    print(
+        f"overall: {o['sources']} sources, {o['pairs']} (calibration run, predicted run) pairs; throughput MAPE "
+        f"{_f(o['tput_before_pct'])} -> {_f(o['tput_after_pct'])} (median {_f(o['tput_after_median_pct'])}, "
+        f"per-source mean {_f(o['tput_after_per_source_pct'])}; goal <= {TPUT_GOAL_PCT:.0f}%); memory "
+        f"(max_allocated) {_f(o['mem_before_pct'])} -> {_f(o['mem_after_pct'])} (goal <= {MEMORY_GOAL_PCT:.0f}%)"
+    )
+    print(
+        f"several logs (all other runs of the source): throughput MAPE {_f(o['rest_tput_after_pct'])} (median "
+        f"{_f(o['rest_tput_after_median_pct'])}); memory (max_allocated) {_f(o['rest_mem_before_pct'])} -> "
+        f"{_f(o['rest_mem_after_pct'])}"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--cpu", action="store_true", help="also the CPU part (bench log -> held-out grid); timing")
+    args = parser.parse_args(argv)
+    doc: dict[str, Any] = {"published": published_part()}
+    if args.cpu:
+        from calibrate_from_log_cpu import cpu_part
+
+        doc["cpu"] = cpu_part()
+    if args.json:
+        print(json.dumps(doc, indent=1))
+    else:
+        print_table(doc["published"])
+        if "cpu" in doc:
+            print(json.dumps(doc["cpu"], indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,191 @@
+"""`zerotune calibrate --from-log` / `--measured`: the measurements read from real log lines (each
+fixture names its thread), the fit on runs whose truth is known, the findings, provenance and the CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from zerotune.calibrate.from_log import Observation, fit_logs, predict, predict_peak, with_flops
+from zerotune.catalog.hardware import inputs_provenance, load_profile
+from zerotune.catalog.models import load_model
+from zerotune.diagnose.measure import Figure, Measured, from_scan, parse_measured
+from zerotune.diagnose.scan import scan_stream
+from zerotune.dsconfig.settings import resolve
+from zerotune.errors import InputError
+from zerotune.schema.workload import Workload
+from zerotune.units import GiB
+
+LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
+
+
+def measured(path: Path) -> Measured:
+    with path.open("rb") as stream:
+        return from_scan(scan_stream(stream))
+
+
+# ---- line formats (real excerpts) ----------------------------------------------------------------------------------
+
+
+def test_breakdown_long_names_give_step_compute_optimizer_and_allreduce() -> None:
+    m = measured(LOGS / "measure" / "ds3742_breakdown_long_names.log")  # DeepSpeed issue 3742
+    assert m.step_s.value == pytest.approx((1961.44 + 3392.84 + 1371.42) / 1000)
+    assert m.compute_s.value == pytest.approx((1961.44 + 1977.71) / 1000)
+    assert m.optimizer_s.value == pytest.approx(1.37142)
+    assert m.allreduce_s.value == pytest.approx(1.41507)
+    assert m.step_s.source.startswith("log:6")  # the step line (6), not the micro-step one (5)
+
+
+def test_short_timer_names_median_over_steps_drops_the_first() -> None:
+    m = measured(LOGS / "synthetic" / "bench_healthy.log")  # zerotune bench's own DeepSpeed 0.19.8 output
+    # three steps: fwd 253.57/222.34/338.58, the first dropped, median of the other two
+    assert m.step_s.value == pytest.approx(
+        ((222.34 + 338.58) / 2 + (342.56 + 300.14) / 2 + (151.36 + 205.96) / 2) / 1000
+    )
+    assert "3 steps, median" in m.step_s.source
+
+
+def test_throughput_timer_new_and_old_formats() -> None:
+    new = measured(LOGS / "real" / "ds2302_oom_stage1_steps.log")  # CurrSamplesPerSec (DeepSpeed issue 2302)
+    assert new.samples_per_s.value == pytest.approx(2.1729161539995805)
+    # MaxMemAllocated=0.02GB on the timer line; see_memory_usage's Max_MA 0.08 GB is the higher peak
+    assert new.peak_bytes.value == pytest.approx(0.08 * GiB) and new.peak_kind == "max_allocated"
+    old = measured(LOGS / "real" / "ds1825_throughput_ok.log")  # SamplesPerSec only (DeepSpeed issue 1825)
+    assert old.samples_per_s.value == pytest.approx((83.48609168106144 + 83.73838805358588) / 2)
+    assert old.peak_bytes.value == pytest.approx(9.02 * GiB)
+
+
+def test_see_memory_usage_max_ma_is_the_peak() -> None:
+    m = measured(LOGS / "measure" / "ds849_see_memory_usage.log")  # DeepSpeed PR 849
+    assert m.peak_bytes.value == pytest.approx(0.26 * GiB)
+    assert "see_memory_usage" in m.peak_bytes.source and not m.has_time
+
+
+def test_tqdm_and_hf_final_metrics() -> None:
+    bar = measured(LOGS / "measure" / "finetrainers111_tqdm.log")  # finetrainers issue 111
+    assert bar.step_s.value == pytest.approx(72.77)
+    final = measured(LOGS / "measure" / "hf_trainer_final_metrics.log")
+    assert final.step_s.value == pytest.approx(5.10)  # tqdm's s/it wins over train_runtime
+    with (LOGS / "measure" / "hf_trainer_final_metrics.log").open("rb") as stream:
+        scan = scan_stream(stream)
+    scan.series.pop("s_per_it")
+    only_final = from_scan(scan)
+    assert only_final.step_s.value == pytest.approx(1 / 0.196)
+    assert any("train_runtime" in n for n in only_final.notes)
+
+
+def test_nvidia_smi_peak_is_the_highest_row() -> None:
+    m = measured(LOGS / "measure" / "nvidia_smi_synthetic.log")
+    assert m.peak_bytes.value == 63110 * 2**20 and m.peak_kind == "nvidia-smi"
+
+
+def test_measured_figures_replace_the_logs() -> None:
+    log = measured(LOGS / "measure" / "ds3742_breakdown_long_names.log")
+    both = log.merged(parse_measured("tokens_per_s=5000,peak_memory=10GiB"))
+    assert both.step_s is None and both.tokens_per_s.value == 5000 and both.compute_s == log.compute_s
+    assert both.peak_bytes.value == 10 * GiB
+
+
+def test_parse_measured() -> None:
+    m = parse_measured("tokens_per_s=12000, peak_memory=61.5GiB, memory_kind=max_reserved")
+    assert m.tokens_per_s.value == 12000 and m.peak_bytes.value == 61.5 * GiB and m.peak_kind == "max_reserved"
+    for bad in ("tokens_per_s", "speed=3", "tokens_per_s=-1", "peak_memory=3furlongs", "memory_kind=rss", ""):
+        with pytest.raises(InputError):
+            parse_measured(bad)
+
+
+# ---- the fit ------------------------------------------------------------------------------------------------------
+
+
+def _obs(micro: int, measured_: Measured, label: str = "run", stage: int = 3) -> Observation:
+    spec = load_model("llama-7b")
+    config = {"train_micro_batch_size_per_gpu": micro, "zero_optimization": {"stage": stage}, "bf16": {"enabled": True}}
+    workload = Workload(seq_len=2048, micro_batch=micro, grad_accum=1, precision="bf16", gpus_per_node=8, nodes=1)
+    return Observation(label, spec, workload, resolve(config).zero, measured_)
+
+
+def test_one_throughput_figure_scales_every_time_and_predicts_another_job() -> None:
+    base = load_profile("dgx-h100")
+    truth = 1.3  # this machine runs 30% slower than its profile
+    probe = _obs(2, Measured())
+    step = predict(probe, base).step_time_s * truth
+    fitted = fit_logs([_obs(2, Measured(step_s=Figure(step, "log:7")), "a.log")], base)
+    other = _obs(4, Measured(), stage=2)
+    assert predict(other, fitted.profile).step_time_s == pytest.approx(predict(other, base).step_time_s * truth, rel=1e-3)
+    moved = {v.path: v for v in fitted.values}
+    assert moved["overheads.step_scale"].calibrated == pytest.approx(truth, rel=1e-3)
+    assert moved["overheads.step_scale"].source == "a.log log:7"
+    assert "compute.achieved_flops.bf16" not in moved  # a throughput figure does not split the step
+    assert fitted.findings == []  # 30% is inside the catalog profile's band
+
+
+def test_compute_timers_fit_flops_within_the_peak() -> None:
+    base = load_profile("dgx-h100")
+    slow = with_flops(base, "bf16", 0.5)
+    obs = _obs(2, Measured())
+    compute = predict(obs, slow).compute_s
+    fitted = fit_logs([_obs(2, Measured(compute_s=Figure(compute, "log:3")))], base).profile
+    assert predict(obs, fitted).compute_s == pytest.approx(compute, rel=1e-3)
+    fast = fit_logs([_obs(2, Measured(compute_s=Figure(compute / 100, "log:3")))], base)
+    value = next(v for v in fast.values if v.path == "compute.achieved_flops.bf16")
+    assert value.calibrated == pytest.approx(base.gpu.peak_bf16_flops) and "ceiling" in value.note
+
+
+def test_a_run_far_outside_the_band_is_a_finding() -> None:
+    base = load_profile("dgx-h100")
+    obs = _obs(2, Measured())
+    step = predict(obs, base).step_time_s * 3
+    found = fit_logs([_obs(2, Measured(step_s=Figure(step, "log:9")), "slow.log")], base)
+    assert len(found.findings) == 1 and "slow.log" in found.findings[0] and "slow node" in found.findings[0]
+
+
+def test_memory_slack_needs_runs_that_agree() -> None:
+    base = load_profile("dgx-h100")
+    runs = [_obs(m, Measured()) for m in (1, 2, 4)]
+    gap = 3 * GiB
+    agree = [_obs(o.workload.micro_batch, Measured(peak_bytes=Figure(predict_peak(o, base) + gap, "log:1"))) for o in runs]
+    fitted = fit_logs(agree, base)
+    assert fitted.profile.gpu.memory_slack_bytes == pytest.approx(gap, abs=2)
+    other = _obs(8, Measured(peak_bytes=Figure(1.0, "x")))
+    assert predict_peak(other, fitted.profile) == pytest.approx(predict_peak(other, base) + gap, abs=2)
+    one = fit_logs(agree[:1], base)
+    assert one.profile.gpu.memory_slack_bytes is None and any("one run" in n for n in one.notes)
+    scattered = [
+        _obs(o.workload.micro_batch, Measured(peak_bytes=Figure(predict_peak(o, base) + g, "log:1")))
+        for o, g in zip(runs, (-8 * GiB, 9 * GiB, 0), strict=True)
+    ]
+    assert fit_logs(scattered, base).profile.gpu.memory_slack_bytes is None
+
+
+def test_predict_says_which_numbers_come_from_the_users_run() -> None:
+    base = load_profile("dgx-h100")
+    step = predict(_obs(2, Measured()), base).step_time_s
+    fitted = fit_logs([_obs(2, Measured(step_s=Figure(step, "log:7")), "a.log")], base).profile
+    assert fitted.overheads.step_scale is not None
+    assert fitted.calibration.values[-1].source == "a.log log:7"
+    text = inputs_provenance(fitted, "bf16")
+    assert "numbers:" in text
+
+
+# ---- the command --------------------------------------------------------------------------------------------------
+
+
+def test_cli_from_log_writes_a_profile_once(cli, tmp_path) -> None:
+    config = tmp_path / "ds.json"
+    config.write_text(json.dumps({"train_micro_batch_size_per_gpu": 4, "zero_optimization": {"stage": 2}}))
+    out = tmp_path / "calibrated.yaml"
+    log = LOGS / "synthetic" / "bench_healthy.log"
+    args = ("calibrate", "--from-log", log, "--config", config, "--model", "gpt2", "--profile", "dgx-h100",
+            "--world-size", "8", "--seq-len", "512", "--no-checkpointing", "--no-cache", "--out", out)  # fmt: skip
+    r = cli(*args, "--json")
+    assert r.code in (0, 1), r.stderr
+    doc = json.loads(r.stdout)
+    assert {v["path"] for v in doc["moved"]} >= {"overheads.step_scale", "compute.achieved_flops.bf16"} or doc["moved"]
+    assert all(v["source"].startswith(str(log)) for v in doc["moved"])
+    assert out.is_file() and "bench_healthy.log" in out.read_text()
+    again = cli(*args)
+    assert again.code == 2 and "already exists" in again.stderr
+    missing = cli("calibrate", "--from-log", log, "--model", "gpt2", "--no-cache")
+    assert missing.code == 2 and "--config" in missing.stderr

@@ -1,0 +1,193 @@
+"""What a training run measured, read from its log (one scan, the same as `diagnose`'s) or from a figure a
+user copies off a dashboard (`--measured tokens_per_s=...,peak_memory=...`): the input of
+`zerotune calibrate --from-log` (zerotune.calibrate.from_log).
+
+Each figure keeps where it came from (`log:LINE and N more lines`, `--measured`), so the calibrated
+profile can say which of its numbers come from which lines. Per-step figures are medians of the latest
+steps the scan kept (zerotune.diagnose.records.SERIES_MAX): a median ignores the slow first steps
+(allocator warm-up, compilation) and the odd step with a checkpoint save.
+
+Step time, in order of trust:
+1. DeepSpeed's wall_clock_breakdown: fwd + bwd + step of one optimizer step (it sums the micro-steps);
+   it also splits the step: the `step` timer is the optimizer, `bwd_allreduce` the gradient reduction
+   left after the backward compute;
+2. DeepSpeed's ThroughputTimer CurrSamplesPerSec (train batch / the step's elapsed time);
+3. tqdm's seconds per iteration (HF Trainer: one iteration is one optimizer step);
+4. HF Trainer's final train_runtime / steps (includes start-up, evaluation and saving: the least exact).
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from dataclasses import dataclass, field, replace
+
+from zerotune.diagnose.records import LogLine, Scan
+from zerotune.errors import InputError
+from zerotune.units import GiB
+
+WARMUP_STEPS = 1
+"""Leading per-step values dropped when a series has more than 2 (the first step also allocates,
+builds and warms caches); the median then does the rest."""
+MEMORY_KINDS = ("max_allocated", "max_reserved", "nvidia-smi")
+
+
+@dataclass(frozen=True)
+class Figure:
+    value: float
+    source: str
+    """`log:12 and 40 more lines`, `log:88`, `--measured`"""
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One run's measurements. Times in seconds per optimizer step, memory in bytes per GPU."""
+
+    step_s: Figure | None = None
+    samples_per_s: Figure | None = None
+    """samples per second over the whole job (all ranks)"""
+    tokens_per_s: Figure | None = None
+    """tokens per second over the whole job"""
+    compute_s: Figure | None = None
+    """DeepSpeed's fwd + bwd_inner timers: forward and backward compute of one optimizer step"""
+    optimizer_s: Figure | None = None
+    """DeepSpeed's `step` timer: the optimizer step"""
+    allreduce_s: Figure | None = None
+    """DeepSpeed's `bwd_allreduce` timer: gradient reduction exposed after the backward compute"""
+    peak_bytes: Figure | None = None
+    peak_kind: str = "max_allocated"
+    """which counter: max_allocated (torch.cuda.max_memory_allocated), max_reserved, nvidia-smi"""
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def has_time(self) -> bool:
+        return any(f is not None for f in (self.step_s, self.samples_per_s, self.tokens_per_s))
+
+    def merged(self, other: Measured) -> Measured:
+        """These figures with `other`'s where it has one (--measured over the log's); a step-time figure
+        of `other` replaces all of this one's (Observation.step prefers step_s to the rates)."""
+        updates = {k: v for k, v in vars(other).items() if v is not None and k not in ("notes", "peak_kind")}
+        if other.has_time:
+            updates = {"step_s": None, "samples_per_s": None, "tokens_per_s": None} | updates
+        if other.peak_bytes is not None:
+            updates["peak_kind"] = other.peak_kind
+        return replace(self, **updates, notes=self.notes + other.notes)
+
+
+def _median(scan: Scan, name: str) -> Figure | None:
+    values = scan.series.get(name)
+    if not values:
+        return None
+    kept = values[WARMUP_STEPS:] if len(values) > 2 else values
+    lines = scan.series_lines.get(name)
+    return Figure(statistics.median(kept), _where(lines, len(values)))
+
+
+def _where(lines: list[LogLine] | None, count: int) -> str:
+    if not lines:
+        return "log"
+    first, last = lines
+    return f"log:{first.number}" + (f"-{last.number} ({count} steps, median)" if count > 1 else "")
+
+
+def from_scan(scan: Scan) -> Measured:
+    """The measurements a scanned log holds (None where it holds none)."""
+    notes: list[str] = []
+    step = optimizer = allreduce = compute = None
+    fwd, bwd = _median(scan, "fwd"), _median(scan, "bwd")
+    if fwd is not None and bwd is not None:
+        optimizer = _median(scan, "step")
+        total = fwd.value + bwd.value + (optimizer.value if optimizer else 0.0)
+        step = Figure(total / 1000, f"{fwd.source}: wall_clock_breakdown fwd + bwd + step")
+        if optimizer is not None:
+            optimizer = Figure(optimizer.value / 1000, optimizer.source)
+        inner = _median(scan, "bwd_inner")
+        if inner is not None:
+            compute = Figure((fwd.value + inner.value) / 1000, f"{fwd.source}: wall_clock_breakdown fwd + bwd_inner")
+        reduce = _median(scan, "bwd_allreduce")
+        allreduce = Figure(reduce.value / 1000, reduce.source) if reduce is not None else None
+    samples = _median(scan, "samples_per_s")
+    if samples is not None:
+        samples = Figure(samples.value, f"{samples.source}: DeepSpeed CurrSamplesPerSec")
+    if step is None and samples is None:
+        per_it = _median(scan, "s_per_it")
+        if per_it is not None:
+            step = Figure(per_it.value, f"{per_it.source}: tqdm s/it")
+    facts = scan.facts
+    if step is None and samples is None:
+        runtime, rate = facts.get("train_runtime_s"), facts.get("train_steps_per_s")
+        if rate is not None and float(rate.value) > 0:  # type: ignore[arg-type]
+            step = Figure(1.0 / float(rate.value), f"log:{rate.line.number}: HF train_steps_per_second")  # type: ignore[arg-type]
+            notes.append("step time from HF's train_runtime: it includes start-up, evaluation and saving")
+        elif runtime is not None:
+            notes.append(f"log:{runtime.line.number} gives train_runtime but no step count: not used")
+    return Measured(
+        step_s=step,
+        samples_per_s=samples,
+        compute_s=compute,
+        optimizer_s=optimizer,
+        allreduce_s=allreduce,
+        peak_bytes=_peak(scan)[0],
+        peak_kind=_peak(scan)[1],
+        notes=tuple(notes),
+    )
+
+
+def _peak(scan: Scan) -> tuple[Figure | None, str]:
+    """The highest allocated peak the log prints (ThroughputTimer's MaxMemAllocated, see_memory_usage's
+    Max_MA), else nvidia-smi's highest used memory."""
+    best: Figure | None = None
+    fact = scan.facts.get("max_mem_allocated_gb")
+    if fact is not None:
+        best = Figure(float(fact.value) * GiB, f"log:{fact.line.number}: MaxMemAllocated")  # type: ignore[arg-type]
+    for report in scan.memory_reports:
+        if best is None or report.max_ma_gb * GiB > best.value:
+            best = Figure(report.max_ma_gb * GiB, f"log:{report.line.number}: see_memory_usage Max_MA")
+    if best is not None and best.value > 0:
+        return best, "max_allocated"
+    smi = scan.facts.get("nvidia_smi_used_mib")
+    if smi is not None:
+        return Figure(int(smi.value) * 2**20, f"log:{smi.line.number}: nvidia-smi"), "nvidia-smi"  # type: ignore[call-overload]
+    return None, "max_allocated"
+
+
+_UNITS = {"": 1.0, "b": 1.0, "kib": 2**10, "mib": 2**20, "gib": 2**30, "gb": 1e9, "mb": 1e6, "tib": 2**40}
+_NUMBER = re.compile(r"^\s*([\d.]+(?:e[+-]?\d+)?)\s*([a-zA-Z]*)\s*$")
+
+
+def parse_measured(text: str) -> Measured:
+    """`tokens_per_s=12000,peak_memory=61.2GiB,memory_kind=max_allocated` (also samples_per_s,
+    step_time_s) -> Measured; an InputError naming the bad part otherwise."""
+    fields: dict[str, object] = {}
+    kind = "max_allocated"
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, sep, raw = part.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep:
+            raise InputError(f"--measured: {part!r} is not key=value", hint="e.g. tokens_per_s=12000,peak_memory=61GiB")
+        if key == "memory_kind":
+            if raw.strip() not in MEMORY_KINDS:
+                raise InputError(f"--measured: memory_kind {raw!r} is not one of {', '.join(MEMORY_KINDS)}")
+            kind = raw.strip()
+            continue
+        m = _NUMBER.match(raw)
+        if m is None:
+            raise InputError(f"--measured: {key}={raw!r} is not a number")
+        value = float(m.group(1))
+        unit = m.group(2).lower()
+        if key == "peak_memory":
+            if unit not in _UNITS:
+                raise InputError(f"--measured: unit {m.group(2)!r} of peak_memory unknown", hint="use GiB, MiB or bytes")
+            fields["peak_bytes"] = Figure(value * _UNITS[unit], "--measured")
+        elif key in ("tokens_per_s", "samples_per_s", "step_time_s"):
+            if value <= 0:
+                raise InputError(f"--measured: {key} must be positive, got {raw}")
+            fields["step_s" if key == "step_time_s" else key] = Figure(value, "--measured")
+        else:
+            raise InputError(
+                f"--measured: unknown figure {key!r}",
+                hint="tokens_per_s, samples_per_s, step_time_s, peak_memory, memory_kind",
+            )
+    if not fields:
+        raise InputError("--measured gives no figure", hint="e.g. tokens_per_s=12000")
+    return Measured(**fields, peak_kind=kind)  # type: ignore[arg-type]
