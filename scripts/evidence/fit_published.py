@@ -6,13 +6,8 @@ all profiles, never one constant per profile fitted on a handful of runs).
 The published sources time whole optimizer steps, so they identify three host-side terms, each the
 same mechanism on every GPU box:
 
-- `per_micro_step_s`: the fixed host cost of one forward+backward (the training loop's batch handling,
-  DeepSpeed's forward/backward/step wrappers, which HF Trainer and DeepSpeed-Chat call every micro-step;
-  zerotune/model/overheads.py). The sources that accumulate gradients scale with the micro-steps, not
-  with the optimizer steps: DeepCompile's Mixtral at accumulation 2/4/8/16 takes 4.53/8.21/16.42/32.25 s,
-  2.0-2.3 s per micro-step, so a cost paid once per optimizer step is at most 0.4 s there. Fitted as a
-  per-step cost instead, it takes 0.32 s, and `per_layer_launch_s` goes to the top of its grid to carry
-  the Qwen README's accumulation-8 floor (leave-one-source-out 38.7% against 34.7%);
+- `per_step_s`: the fixed host cost of one optimizer step (engine bookkeeping, timers, scheduler,
+  Python; zerotune/model/overheads.py);
 - `per_module_hook_s`: stage 3's fetch/release bookkeeping per module per pass, which the host pays
   while the GPU waits when per-layer work is small (`layer_seconds`);
 - `per_layer_launch_s`: one transformer block's Python and kernel launches per forward, every stage,
@@ -48,7 +43,7 @@ LAUNCH_GRID = (0.0, 1e-4, 2e-4, 4e-4, 8e-4, 1.6e-3)
 of kernels at a few microseconds of launch latency each, plus its Python)."""
 
 STEP_GRID = tuple(i * 0.01 for i in range(0, 101))
-"""Per-micro-step seconds tried: 0 to 1 s in 10 ms steps (published micro-steps take 0.1 s to minutes)."""
+"""Per-step seconds tried: 0 to 1 s in 10 ms steps (published steps take 0.3 s to minutes)."""
 
 
 @dataclass(frozen=True)
@@ -60,10 +55,9 @@ class Timed:
     predicted_s: dict[tuple[int, int], float]
     """Per (HOOK_GRID index, LAUNCH_GRID index)."""
 
-    def error(self, micro_s: float, hook_index: int, launch_index: int = 0) -> float:
-        """Throughput error (predicted tokens/s / measured - 1) with these terms: the per-micro-step cost
-        is paid grad_accum times a step (predict_step, on the training thread)."""
-        return self.measured_s / (self.predicted_s[hook_index, launch_index] + micro_s * self.run.grad_accum) - 1
+    def error(self, step_s: float, hook_index: int, launch_index: int = 0) -> float:
+        """Throughput error (predicted tokens/s / measured - 1) with these terms."""
+        return self.measured_s / (self.predicted_s[hook_index, launch_index] + step_s) - 1
 
 
 def _setup(run: published.Run, overheads: OverheadSpec):
@@ -100,7 +94,7 @@ def timed_suite(runs: list[published.Run] | None = None) -> list[Timed]:
 
 
 def fit_global(rows: list[Timed]) -> tuple[float, float, float]:
-    """(per_micro_step_s, per_module_hook_s, per_layer_launch_s) minimising the throughput MAPE of `rows`.
+    """(per_step_s, per_module_hook_s, per_layer_launch_s) minimising the throughput MAPE of `rows`.
     The hook cost is fitted only when `rows` hold a stage-3 run (else 0: nothing identifies it)."""
     has_stage3 = any(r.run.zero.get("stage", 0) == 3 for r in rows)
     hooks = range(len(HOOK_GRID)) if has_stage3 else (0,)
@@ -114,12 +108,10 @@ def fit_global(rows: list[Timed]) -> tuple[float, float, float]:
     return best[1], HOOK_GRID[best[2]], LAUNCH_GRID[best[3]]
 
 
-def prior_spec(micro_s: float, hook_s: float, launch_s: float, source: str) -> OverheadSpec:
-    """The prior as a profile's overheads: the fixed cost per micro-step, none per optimizer step."""
+def prior_spec(step_s: float, hook_s: float, launch_s: float, source: str) -> OverheadSpec:
     return OverheadSpec(
-        per_step_s=0.0, per_micro_step_s=micro_s, per_module_hook_s=hook_s, per_layer_launch_s=launch_s,
-        origin="published", source=source,
-    )  # fmt: skip
+        per_step_s=step_s, per_module_hook_s=hook_s, per_layer_launch_s=launch_s, origin="published", source=source
+    )
 
 
 def main() -> int:
@@ -130,7 +122,7 @@ def main() -> int:
     h, j = HOOK_GRID.index(hook_s), LAUNCH_GRID.index(launch_s)
     after = statistics.fmean(abs(r.error(step_s, h, j)) for r in rows)
     print(f"global prior over {len(rows)} timed runs from {len(sources)} sources:")
-    print(f"  per_micro_step_s  {step_s:.3f}")
+    print(f"  per_step_s        {step_s:.3f}")
     print(f"  per_module_hook_s {hook_s:.2e}")
     print(f"  per_layer_launch_s {launch_s:.2e}")
     print(f"  throughput MAPE   {100 * before:.1f}% without overheads -> {100 * after:.1f}% with the prior (in-sample)")
