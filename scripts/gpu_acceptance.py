@@ -469,8 +469,8 @@ def summary(errors: list[float]) -> dict[str, Any]:
 
 def bench_rows(run: Run, records: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     """Per grid point: measured step and memory, and both predictions (probe-only, calibrated)."""
+    from zerotune.bench.predicted import predict
     from zerotune.bench.result import BenchResult
-    from zerotune.bench.run import predict
     from zerotune.catalog.hardware import load_profile
 
     profiles = {}

@@ -32,6 +32,9 @@ class Case:
     want: str
     failed: bool
     """the run failed (threads.yaml says so where a warning-only log has a cause, e.g. early overflows)"""
+    first_sight: str | None = None
+    """diagnose's answer the first time it saw the log, before any change made for it (threads.yaml
+    `first_sight`, recorded for the rounds collected after the engine existed)"""
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,7 @@ def cases(logs: Path = LOGS) -> list[Case]:
                 logs / "threads" / e["file"],
                 e["class"],
                 e.get("failed", e["class"] not in ("none", "slow")),
+                e.get("first_sight"),
             )
             for e in entries
         ]
@@ -96,6 +100,13 @@ def table(outcomes: list[Outcome]) -> str:
     rows.append(
         f"failed runs that exit 0: {len(failed_exit0)}; diagnosed causes without a fix: {len(no_fix)}"
     )
+    seen = [o.case for o in outcomes if o.case.first_sight is not None]
+    if seen:
+        first = sum(c.first_sight == c.want for c in seen)
+        now = sum(o.got == o.case.want for o in outcomes if o.case.first_sight is not None)
+        rows.append(
+            f"logs with a recorded first sight: {first}/{len(seen)} right then, {now}/{len(seen)} now"
+        )
     corpora = Counter(o.case.corpus for o in outcomes)
     rows.append("corpora: " + ", ".join(f"{k} {v}" for k, v in sorted(corpora.items())))
     return "\n".join(rows)

@@ -40,54 +40,42 @@ PHASES = ("init", "forward", "backward", "step", "after step")
 LIMIT_PCT, OVER_LIMIT_PCT = 5.0, 10.0
 """Acceptance (issue 23): every phase within 5%, no over-estimate above 10%."""
 KNOWN_MISSES: dict[tuple[str, str], float] = {
-    ("s3", "init"): 9.0,
-    ("s3", "forward"): 12.0,
-    ("s3", "backward"): 12.0,
-    ("s3", "step"): 7.0,
-    ("s3", "after step"): 8.0,
-    ("s3", "peak"): 12.0,
-    ("s2-ga2", "backward"): 7.0,
-    ("s2-ga2", "peak"): 7.0,
-    ("s3-ga2", "init"): 10.0,
-    ("s3-ga2", "forward"): 10.0,
-    ("s3-ga2", "backward"): 10.0,
-    ("s3-ga2", "peak"): 10.0,
-    ("s2-bf16", "backward"): 7.0,
-    ("s3-bf16", "init"): 8.0,
-    ("s3-bf16", "forward"): 10.0,
-    ("s3-bf16", "backward"): 10.0,
-    ("s3-ckpt", "init"): 9.0,
-    ("s3-ckpt", "forward"): 13.0,
-    ("s3-ckpt", "backward"): 12.0,
-    ("s3-ckpt", "peak"): 12.0,
-    ("s2-ckpt-mb2", "backward"): 10.0,
-    ("s1-overlap-b5e7", "backward"): 7.0,
-    ("s3-b5e6-nocontig", "init"): 24.0,
-    ("s3-b5e6-nocontig", "forward"): 19.0,
-    ("s3-b5e6-nocontig", "step"): 10.0,
-    ("s3-b5e6-nocontig", "after step"): 15.0,
-    ("s3-b5e6-nocontig", "peak"): 17.0,
-    ("s1-ga2", "forward"): 10.0,
-    ("s1-ga2", "step"): 10.0,
-    ("s1-ga2", "after step"): 14.0,
-    ("s1-ga2", "peak"): 10.0,
-    ("s2-offload", "init"): 38.0,
-    ("s2-offload", "backward"): 7.0,
-    ("s2-offload", "step"): 30.0,
-    ("s2-offload", "after step"): 12.0,
-    ("s2-offload", "peak"): 18.0,
-    ("s3-offload", "init"): 11.0,
-    ("s3-offload", "forward"): 10.0,
-    ("s3-offload", "backward"): 9.0,
-    ("s3-offload", "peak"): 9.0,
+    ('s3', 'init'): 9.0,
+    ('s3', 'forward'): 12.0,
+    ('s3', 'backward'): 7.0,
+    ('s3', 'step'): 7.0,
+    ('s3', 'after step'): 8.0,
+    ('s3', 'peak'): 7.0,
+    ('s2-ga2', 'backward'): 7.0,
+    ('s2-ga2', 'peak'): 7.0,
+    ('s3-ga2', 'init'): 10.0,
+    ('s3-ga2', 'forward'): 10.0,
+    ('s2-bf16', 'backward'): 7.0,
+    ('s3-bf16', 'init'): 8.0,
+    ('s3-bf16', 'forward'): 10.0,
+    ('s3-ckpt', 'init'): 9.0,
+    ('s3-ckpt', 'forward'): 13.0,
+    ('s2-ckpt-mb2', 'backward'): 10.0,
+    ('s1-overlap-b5e7', 'backward'): 7.0,
+    ('s3-b5e6-nocontig', 'init'): 24.0,
+    ('s3-b5e6-nocontig', 'forward'): 19.0,
+    ('s3-b5e6-nocontig', 'step'): 10.0,
+    ('s3-b5e6-nocontig', 'after step'): 15.0,
+    ('s3-b5e6-nocontig', 'peak'): 17.0,
+    ('s2-offload', 'backward'): 7.0,
+    ('s3-offload', 'init'): 8.0,
+    ('s3-offload', 'forward'): 10.0,
 }
 """Phases the model misses by more than LIMIT_PCT on the recorded grid, each held
 to its recorded error rounded up + 1 point by tests/unit/test_memory_engine.py so they cannot grow
-unnoticed. docs/accuracy.md ("Memory against the real engine") says what is known about each: stage 3's
-~0.24 GiB from init on (fp32) and forward's overlapping all-gathers; stage 1's last bucket, kept
-through the step when reduce_bucket_size < Ψ and across micro-steps; stage 2 under accumulation and
-checkpointing in backward; the offload rows, where this CPU host holds the offloaded states in the same
-memory and the model's host figure is a budget (moments from init on), not a timeline."""
+unnoticed. docs/accuracy.md ("Memory against the real engine") says what is known about each. Stage 3's
+init/forward/after-step gap (0.07-0.25 GiB, different in every run) is mostly the harness, not the
+engine: the blocks `create_reduce_and_remove_grad_hooks` all-gathers at init are freed without a
+profiler record (their addresses are handed out again later with no free seen: 27 blocks, 212 MB in
+one traced run), so live_memory counts them until then; the rest of stage 3's forward gap is the
+step-2 coalesced all-gather in flight (partition_parameters.py `_all_gather_dtype`) with gloo's copy,
+not modelled. Stage 2's backward gap (5-8%) is the first bucket flush's per-destination flatten
+(stage_1_and_2.py `allreduce_and_copy`), not traced yet."""
 
 
 
@@ -190,7 +178,8 @@ def predicted_phases(spec: ModelSpec, row: dict[str, Any]) -> dict[str, int]:
 
     # the rows pass a torch optimizer except under offload (DeepSpeedCPUAdam); on a CPU host the
     # offloaded states share the one memory with everything else
-    est = estimate_memory(spec, workload(row), resolve(row["engine_config"]).zero, torch_optimizer=not row["cpu_adam"])
+    est = estimate_memory(spec, workload(row), resolve(row["engine_config"]).zero, torch_optimizer=not row["cpu_adam"],
+                          gloo=True)
     return est.bench_phases_flat(host_is_device=True)
 
 

@@ -61,14 +61,17 @@ def test_calibrate_writes_a_profile_predict_then_uses(tmp_path) -> None:
 
 @pytest.mark.parametrize("kind", ["exit", "hang"])
 def test_a_failed_rank_ends_calibrate_within_its_timeout(kind, tmp_path, monkeypatch) -> None:
+    """The fault strikes as the ranks build the proxy, before DeepSpeed initialises: what is checked is
+    calibrate's handling (the rank and step named, its timeout kept, no survivor), which does not depend
+    on how far the design run got, and the peer then blocks in deepspeed.initialize's first collective."""
     monkeypatch.setenv("ZEROTUNE_CACHE_DIR", str(tmp_path / "cache"))
     profile = tmp_path / "p.yaml"
     from tests.conftest import cpu_probe_profile
     from zerotune.catalog.hardware import dump_profile
 
     profile.write_text(dump_profile(cpu_probe_profile()))  # no probe: straight to the design runs
-    timeout = 60.0
-    fault = {"rank": 1, "at": "measured step 1", "kind": kind, "pid_dir": str(tmp_path)}
+    timeout = 40.0
+    fault = {"rank": 1, "at": "build proxy model", "kind": kind, "pid_dir": str(tmp_path)}
     start = time.monotonic()
     with pytest.raises(RunFailed) as caught:
         calibrate(
@@ -78,9 +81,9 @@ def test_a_failed_rank_ends_calibrate_within_its_timeout(kind, tmp_path, monkeyp
     message = caught.value.message
     assert elapsed < timeout + 10
     if kind == "exit":
-        assert "rank 1" in message and "measured step 1" in message and "injected fault" in message, message
+        assert "rank 1" in message and "build proxy model" in message and "injected fault" in message, message
     else:  # the launcher's timeout, or rank 0's collective timeout while rank 1 hangs
-        assert "measured step 1" in message and ("timed out" in message or "rank 0" in message), message
+        assert "build proxy model" in message and ("timed out" in message or "rank 0" in message), message
     pids = [int(p.read_text()) for p in Path(tmp_path).glob("rank*.pid")]
     assert len(pids) == 2 and not [pid for pid in pids if pid_alive(pid)]
     assert _children() == []

@@ -20,6 +20,21 @@ from zerotune.probe.runner import ProbeOptions, run_probe
 pytestmark = pytest.mark.slow
 
 
+# `zerotune probe` as a user runs it, with runner.merge_compute spied on so that the ranks' own compute
+# results (which the profile only holds merged) are kept in ranks.json: one probe serves every check.
+SPIED_PROBE = """
+import json, sys
+from zerotune.probe import runner
+seen, real = [], runner.merge_compute
+runner.merge_compute = lambda results: seen.append(results) or real(results)
+from zerotune.cli.app import main
+try:
+    main(sys.argv[2:])
+finally:
+    open(sys.argv[1], "w").write(json.dumps(seen))
+"""
+
+
 @pytest.fixture(scope="module")
 def probed(tmp_path_factory):
     """One real `zerotune probe --nproc 2 --quick --out p.yaml --json` run, shared by the checks."""
@@ -27,8 +42,8 @@ def probed(tmp_path_factory):
     env = {**os.environ, "ZEROTUNE_CACHE_DIR": str(folder / "cache"), "PYTHONPATH": str(REPO)}
     start = time.monotonic()
     done = subprocess.run(
-        [sys.executable, "-m", "zerotune", "probe", "--nproc", "2", "--quick", "--out", str(folder / "p.yaml"),
-         "--json", "--timeout", "120"],
+        [sys.executable, "-c", SPIED_PROBE, str(folder / "ranks.json"), "probe", "--nproc", "2", "--quick",
+         "--out", str(folder / "p.yaml"), "--json", "--timeout", "120"],
         capture_output=True, text=True, env=env, timeout=180,
     )  # fmt: skip
     return done, folder, time.monotonic() - start
@@ -78,26 +93,23 @@ def test_sweep_sanity(probed) -> None:
         assert perf.alpha_s >= 0 and perf.busbw_Bps > 0 and len(perf.curve) == len(rows)
 
 
-def test_cpu_ranks_all_run_the_compute_benchmarks(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cpu_ranks_all_run_the_compute_benchmarks(probed) -> None:
     """On gloo every rank times the block and CPU Adam (with its share of the cores, all at once);
     the profile holds the median over the ranks."""
-    from zerotune.probe import runner
-
-    seen: list[list[dict]] = []
-    real = runner.merge_compute
-    monkeypatch.setattr(runner, "merge_compute", lambda results: seen.append(results) or real(results))
-    outcome = run_probe(ProbeOptions(nproc=2, quick=True, timeout_s=120))
-    if outcome.gpus is not None:
+    done, folder, _ = probed
+    assert done.returncode == 0, done.stderr[-2000:]
+    profile = load_profile(str(folder / "p.yaml"))
+    if profile.gpu is not None:
         pytest.skip("this host has an NVIDIA GPU: rank 0 computes alone there")
-    (results,) = seen
+    (results,) = json.loads((folder / "ranks.json").read_text())
     computes = [r["compute"] for r in results]
     assert [c["concurrent_ranks"] for c in computes] == [2, 2]
     flops = [c["block"]["flops"] for c in computes]
     adam = [c["adam"]["params_per_s"] for c in computes]
     assert all(f > 1e8 for f in flops) and all(a > 0 for a in adam)
-    assert outcome.profile.compute.achieved_flops["fp32"] == pytest.approx(sum(flops) / 2)
+    assert profile.compute.achieved_flops["fp32"] == pytest.approx(sum(flops) / 2)
     # the node's CPU-Adam rate: the median rank's (the mean of two) times the 2 ranks sharing the host
-    assert outcome.profile.host.cpu_adam_params_per_s == pytest.approx(sum(adam))
+    assert profile.host.cpu_adam_params_per_s == pytest.approx(sum(adam))
 
 
 def test_no_gpu_notice_on_stderr(probed) -> None:

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import cpu_probe_profile
+from zerotune.bench.config import fill_auto
+from zerotune.bench.predicted import scale_micro_steps
 from zerotune.bench.result import BenchResult
-from zerotune.bench.run import fill_auto, scale_micro_steps
 from zerotune.catalog.models import load_model
 from zerotune.errors import InputError
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from zerotune.bench.predicted import predict, predict_memory, proxy_workload
 from zerotune.bench.result import BenchResult
-from zerotune.bench.run import predict, predict_memory, proxy_workload
 from zerotune.catalog.hardware import load_profile
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "bench" / "result_stage2.json"

@@ -293,8 +293,8 @@ def test_expected_error_is_quoted_with_the_profile() -> None:
 def test_bench_quotes_the_profiles_expected_error_next_to_its_prediction() -> None:
     from pathlib import Path
 
+    from zerotune.bench.predicted import predict
     from zerotune.bench.result import BenchResult
-    from zerotune.bench.run import predict
 
     fixture = Path(__file__).resolve().parents[1] / "fixtures" / "bench" / "result_stage2.json"
     result = BenchResult.model_validate_json(fixture.read_text())

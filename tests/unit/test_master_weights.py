@@ -34,7 +34,10 @@ ENGINE = textwrap.dedent(
         port = s.getsockname()[1]
     os.environ.update(DS_ACCELERATOR="cpu", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0",
                       WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_SIZE="1")
-    import torch, deepspeed
+    import torch, deepspeed, deepspeed.ops
+    # as the bench ranks do: no JIT build of DeepSpeed's shared-memory all-reduce (a minute of
+    # compiling on every fresh checkout; one process has nothing to all-reduce with)
+    deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
     deepspeed.init_distributed(dist_backend="gloo")
     out = []
     for stage, bf16 in json.loads(sys.argv[1]):

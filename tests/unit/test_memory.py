@@ -179,7 +179,10 @@ def test_model_states_per_stage_for_llama_7b_bf16_adamw() -> None:
     # between steps (gradients freed): the ZeRO paper's states without the gradients, K = 12
     # (bf16 params; fp32 master + Adam moments), partitioned per stage
     assert e0.phase("after step").total == 2 * psi + 12 * psi
-    assert e1.phase("after step").total == e2.phase("after step").total == 2 * psi + 12 * part
+    assert e2.phase("after step").total == 2 * psi + 12 * part
+    # stage 1 without overlap_comm: one reduce bucket (5e8 bf16 elements < Ψ) outlives the step
+    # (measured on the real engine, live_bytes)
+    assert e1.phase("after step").total == 2 * psi + 12 * part + 2 * 500_000_000
     persistent = persistent_elements(
         tuple(t for la in LLAMA_7B.layers for t in la.tensors), 100_000, 2**63 - 1
     )

@@ -27,9 +27,11 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
+from zerotune.dsconfig import hf_auto
 from zerotune.dsconfig.load import read_config
 from zerotune.dsconfig.settings import resolve
 from zerotune.errors import InputError
+from zerotune.schema.model import ModelSpec
 
 DEFAULT_LR = 1e-3
 _TORCH_OPTIMIZERS = {"adam": "adam", "adamw": "adamw", "sgd": "sgd", "adagrad": "adagrad"}
@@ -130,6 +132,33 @@ def prepare(
     config["wall_clock_breakdown"] = True
     config["steps_per_print"] = 1_000_000
     return Prepared(config, optimizer, mb, ga, notes)
+
+
+def fill_auto(config: dict[str, Any], model: ModelSpec, *, hf: bool) -> tuple[dict[str, Any], list[str]]:
+    """`config` with HF "auto" values resolved, or an InputError naming them by JSON pointer (exit 2 up
+    front, not a crash inside a rank). Batch keys are always the bench's to set; the rest only with --hf,
+    for the keys HF fills (hf_auto.HF_AUTO_KEYS), as the HF Trainer would for `model` (the hidden-size
+    formulas; the Trainer's defaults: gradient_clipping = max_grad_norm 1.0, fp16/bf16 off)."""
+    batch = ("/train_batch_size", "/train_micro_batch_size_per_gpu", "/gradient_accumulation_steps")
+    owned = ("/optimizer/", "/scheduler/")  # prepare() replaces/drops these sections
+    found = [p for p in hf_auto.auto_pointers(config) if p not in batch and not p.startswith(owned)]
+    if not found:
+        return config, []
+    if not hf:
+        raise InputError(
+            f"the DeepSpeed config has \"auto\" values DeepSpeed cannot run: {', '.join(found)}",
+            hint="pass --hf to fill them as the Hugging Face Trainer would, or write numbers",
+        )
+    trainer = {"/gradient_clipping": 1.0, "/fp16/enabled": False, "/bf16/enabled": False}
+    hidden = hf_auto.hf_hidden_size_values(model)
+    values = {f"/zero_optimization/{key}": value for key, value in hidden.items()} | trainer
+    for pointer in found:
+        # a stage-3-only key at another stage: HF leaves it "auto" and DeepSpeed drops it; filling it
+        # instead changes nothing, since no other stage reads it
+        if pointer not in hf_auto.HF_AUTO_KEYS or pointer not in values:
+            raise InputError(f'--hf: no Hugging Face rule fills {pointer} = "auto"', hint="write a number for it")
+    done = ", ".join(f"{pointer}={values[pointer]}" for pointer in found)
+    return hf_auto.fill(config, values), [f'HF "auto" values filled as the Trainer would for {model.name}: {done}']
 
 
 def _torch_optimizer(section: Any, notes: list[str]) -> dict[str, Any]:

@@ -22,11 +22,11 @@ from typing import Any
 
 import zerotune
 from zerotune.bench import aggregate, noise
-from zerotune.bench.config import Prepared, prepare
+from zerotune.bench.config import Prepared, fill_auto, prepare
 from zerotune.bench.decoder import module_names
-from zerotune.bench.result import BenchResult, Parity, PredictedCall, Prediction, Proxy, StageRun, median
+from zerotune.bench.predicted import predict, scale_micro_steps, with_predicted_phases
+from zerotune.bench.result import BenchResult, Parity, Proxy, StageRun, median
 from zerotune.catalog.models import derive
-from zerotune.dsconfig import hf_auto
 from zerotune.dsconfig.settings import resolve
 from zerotune.errors import InputError, MissingDependency
 from zerotune.schema.model import ModelSpec
@@ -257,100 +257,6 @@ def run_bench(
     return result
 
 
-def scale_micro_steps(result: BenchResult, full_grad_accum: int, hardware: Any) -> BenchResult:
-    """The measured step of `result.proxy.grad_accum` micro-steps scaled to `full_grad_accum`:
-    by the step-time model's ratio of the two (so per-step costs are not multiplied), else in
-    proportion to the micro-steps."""
-    measured = result.proxy.grad_accum
-    ratio, how = full_grad_accum / measured, "in proportion to the micro-steps (no step-time model)"
-    if hardware is not None:
-        try:
-            from zerotune.model.step import predict_step
-
-            zero = resolve(result.config).zero
-            spec = ModelSpec.model_validate(result.proxy.model)
-            short = proxy_workload(result.proxy)
-            long = short.model_copy(update={"grad_accum": full_grad_accum})
-            ratio = (
-                predict_step(spec, long, zero, hardware).step_time_s
-                / predict_step(spec, short, zero, hardware).step_time_s
-            )
-            how = f"by the step-time model's ratio ({ratio:.3g}x) on profile {hardware.name!r}"
-        except Exception:  # noqa: BLE001 - the model is another component; fall back to the proportion
-            pass
-    full = result.step_time_s * ratio
-    note = (
-        f"measured {measured} of {full_grad_accum} micro-steps per step (--max-micro-steps); "
-        f"the full step ({full:.4g} s) is scaled from them {how}"
-    )
-    prediction = result.prediction
-    if prediction is not None and prediction.step_time_s and hardware is not None:
-        # compare like with like: the prediction for the full accumulation
-        try:
-            from zerotune.model.step import predict_step
-
-            long = proxy_workload(result.proxy).model_copy(update={"grad_accum": full_grad_accum})
-            predicted = predict_step(
-                ModelSpec.model_validate(result.proxy.model), long, resolve(result.config).zero, hardware
-            ).step_time_s
-            prediction = prediction.model_copy(
-                update={"step_time_s": predicted, "error_pct": (predicted - full) / full * 100}
-            )
-        except Exception:  # noqa: BLE001
-            pass
-    return result.model_copy(
-        update={
-            "full_grad_accum": full_grad_accum,
-            "full_step_time_s": full,
-            "prediction": prediction,
-            "notes": [*result.notes, note],
-        }
-    )
-
-
-def proxy_workload(proxy: Proxy) -> Any:
-    """The Workload a bench proxy ran: its shape, accumulation, precision and world."""
-    from zerotune.schema.workload import Workload
-
-    return Workload(
-        seq_len=proxy.seq_len,
-        micro_batch=proxy.micro_batch,
-        grad_accum=proxy.grad_accum,
-        precision=proxy.dtype,
-        optimizer="adamw",
-        activation_checkpointing=proxy.activation_checkpointing,
-        gpus_per_node=max(1, proxy.nproc // proxy.nodes),
-        nodes=proxy.nodes,
-    )
-
-
-def fill_auto(config: dict[str, Any], model: ModelSpec, *, hf: bool) -> tuple[dict[str, Any], list[str]]:
-    """`config` with HF "auto" values resolved, or an InputError naming them by JSON pointer (exit 2 up
-    front, not a crash inside a rank). Batch keys are always the bench's to set; the rest only with --hf,
-    for the keys HF fills (hf_auto.HF_AUTO_KEYS), as the HF Trainer would for `model` (the hidden-size
-    formulas; the Trainer's defaults: gradient_clipping = max_grad_norm 1.0, fp16/bf16 off)."""
-    batch = ("/train_batch_size", "/train_micro_batch_size_per_gpu", "/gradient_accumulation_steps")
-    owned = ("/optimizer/", "/scheduler/")  # prepare() replaces/drops these sections
-    found = [p for p in hf_auto.auto_pointers(config) if p not in batch and not p.startswith(owned)]
-    if not found:
-        return config, []
-    if not hf:
-        raise InputError(
-            f"the DeepSpeed config has \"auto\" values DeepSpeed cannot run: {', '.join(found)}",
-            hint="pass --hf to fill them as the Hugging Face Trainer would, or write numbers",
-        )
-    trainer = {"/gradient_clipping": 1.0, "/fp16/enabled": False, "/bf16/enabled": False}
-    hidden = hf_auto.hf_hidden_size_values(model)
-    values = {f"/zero_optimization/{key}": value for key, value in hidden.items()} | trainer
-    for pointer in found:
-        # a stage-3-only key at another stage: HF leaves it "auto" and DeepSpeed drops it; filling it
-        # instead changes nothing, since no other stage reads it
-        if pointer not in hf_auto.HF_AUTO_KEYS or pointer not in values:
-            raise InputError(f'--hf: no Hugging Face rule fills {pointer} = "auto"', hint="write a number for it")
-    done = ", ".join(f"{pointer}={values[pointer]}" for pointer in found)
-    return hf_auto.fill(config, values), [f'HF "auto" values filled as the Trainer would for {model.name}: {done}']
-
-
 def _launch(
     task: dict[str, Any], nproc: int, kind: str, timeout_s: float, say: Progress, label: str
 ) -> list[dict[str, Any]]:
@@ -389,107 +295,3 @@ def parity(runs: dict[int, list[dict[str, Any]]], rtol: float = PARITY_RTOL) -> 
         rtol=rtol,
         agree=finite and rel_diff <= rtol,
     )
-
-
-def predict(result: BenchResult, hardware: Any) -> Prediction:
-    """The models' prediction for the same proxy, workload and config: step time when a profile is
-    given, the per-GPU memory peak always (it needs no measured rate)."""
-    prediction = _predict_step(result, hardware)
-    return prediction.model_copy(update={"peak_memory_bytes": predict_memory(result)})
-
-
-def with_predicted_phases(result: BenchResult, *, torch_optimizer: bool = True) -> BenchResult:
-    """`result` with the memory model's timeline next to each measured phase (zerotune.model.memory:
-    live bytes after init, the peaks of forward, backward and step). On CPU ranks the offload's host
-    buffers share the one memory, so they are added."""
-    if not result.memory_phases:
-        return result
-    try:
-        from zerotune.model.memory import estimate_memory
-
-        estimate = estimate_memory(
-            ModelSpec.model_validate(result.proxy.model),
-            proxy_workload(result.proxy),
-            resolve(result.config).zero,
-            torch_optimizer=torch_optimizer,
-        )
-        predicted = estimate.bench_phases(host_is_device=result.device == "cpu")
-    except Exception:  # noqa: BLE001 - the model is another component: never fail the measurement
-        return result
-    rows = [
-        row.model_copy(
-            update={
-                "predicted_peak_bytes": predicted.get(row.phase, (None, None))[0],
-                "predicted_end_bytes": predicted.get(row.phase, (None, None))[1],
-            }
-        )
-        for row in result.memory_phases
-    ]
-    return result.model_copy(update={"memory_phases": rows})
-
-
-def predict_memory(result: BenchResult) -> int | None:
-    """zerotune.model.memory's per-GPU peak (no safety margin) for the proxy the bench ran."""
-    try:
-        from zerotune.model.memory import estimate_memory
-
-        estimate = estimate_memory(
-            ModelSpec.model_validate(result.proxy.model),
-            proxy_workload(result.proxy),
-            resolve(result.config).zero,
-        )
-    except Exception:  # noqa: BLE001 - the model is another component: never fail the measurement
-        return None
-    return int(estimate.per_gpu.total)
-
-
-def _predict_step(result: BenchResult, hardware: Any) -> Prediction:
-    try:
-        from zerotune.model.step import predict_step
-    except ImportError:
-        return Prediction(note="no step-time model in this build (zerotune.model.step)")
-    if hardware is None:
-        return Prediction(note="no hardware profile: run `zerotune probe` or pass --profile")
-    proxy = result.proxy
-    workload = proxy_workload(proxy)
-    try:
-        estimate = predict_step(
-            model=ModelSpec.model_validate(proxy.model),
-            workload=workload,
-            zero=resolve(result.config).zero,
-            hardware=hardware,
-            detail=True,
-        )
-    except Exception as exc:  # the model is another component: report, never fail the measurement
-        return Prediction(note=f"step-time model failed: {type(exc).__name__}: {exc}")
-    predicted = _seconds(estimate, "step_time_s")
-    parts = ("compute_s", "comm_s", "exposed_comm_s", "optimizer_s")
-    phases = {k: v for k in parts if (v := _seconds(estimate, k)) is not None}
-    error = (
-        (predicted - result.step_time_s) / result.step_time_s * 100
-        if predicted and result.step_time_s
-        else None
-    )
-    calls = [
-        PredictedCall(
-            op=c.op, phase=c.phase, size_bytes=int(c.bytes), count=int(c.count), seconds=float(c.seconds)
-        )
-        for c in getattr(estimate, "collectives", ())
-    ]
-    from zerotune.catalog.hardware import expected_error, provenance
-
-    band = expected_error(hardware)
-    return Prediction(
-        expected_error_pct=band[0] if band else None,
-        step_time_s=predicted,
-        phases=phases,
-        collectives=calls,
-        error_pct=error,
-        profile=hardware.name,
-        provenance=provenance(hardware),
-    )
-
-
-def _seconds(estimate: Any, name: str) -> float | None:
-    value = estimate.get(name) if isinstance(estimate, dict) else getattr(estimate, name, None)
-    return float(value) if isinstance(value, (int, float)) else None

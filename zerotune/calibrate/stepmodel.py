@@ -16,8 +16,8 @@ Predictor = Callable[[Run, HardwareProfile], float]
 
 def proxy_workload(run: Run) -> Any:
     """The Workload the bench run measured (its proxy, world and micro-steps)."""
+    from zerotune.bench.predicted import proxy_workload as of_proxy
     from zerotune.bench.result import Proxy
-    from zerotune.bench.run import proxy_workload as of_proxy
 
     return of_proxy(Proxy.model_validate(run["proxy"]))
 

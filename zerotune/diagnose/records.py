@@ -82,7 +82,7 @@ class Oom:
 class CollectiveFailure:
     line: LogLine
     kind: str
-    """timeout, error or desync"""
+    """timeout, error, desync, or warn (an `NCCL WARN` line: a candidate, not a failure by itself)"""
     op: str | None = None
     seq: int | None = None
     numel: int | None = None
@@ -175,6 +175,14 @@ class Scan:
     build_errors: list[Event] = field(default_factory=list)
     """a DeepSpeed op that failed to build or load (value: the op's name when the line gives it)"""
     client_optimizer: list[LogLine] = field(default_factory=list)
+    frame_causes: list[Event] = field(default_factory=list)
+    """the cause family of traceback frames (value "frame"), of an exception raised in code of a family
+    (value "raised") and of exception types (value "exception"),
+    the first ones: where a failure no message names happened (signals.frames)"""
+    last_frame: LogLine | None = None
+    """the latest traceback frame line, of any code (the raise site when an exception line follows)"""
+    last_frame_cause: Event | None = None
+    """the latest frame of a family (a traceback cut before its exception line ends with it)"""
     nccl_transport: list[LogLine] = field(default_factory=list)
     """NCCL found no InfiniBand device and runs its inter-node traffic over TCP sockets"""
     hangs: list[Event] = field(default_factory=list)

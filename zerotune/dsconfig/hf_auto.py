@@ -52,7 +52,7 @@ class HfAuto:
 
 # The one table of the keys Hugging Face's HfTrainerDeepSpeedConfig fills when their value is "auto"
 # (transformers integrations/deepspeed.py, trainer_config_process / trainer_config_finalize;
-# docs/deepspeed-facts.md §6), by JSON pointer. The linter (lint/rules/hf.py), the bench (bench/run.py
+# docs/deepspeed-facts.md §6), by JSON pointer. The linter (lint/rules/hf.py), the bench (bench/config.py
 # fill_auto), the job (zerotune.job) and recommend --hf (to_auto, hf_values) all read it.
 HF_AUTO_KEYS: dict[str, HfAuto] = {
     "/train_micro_batch_size_per_gpu": HfAuto("--per_device_train_batch_size"),

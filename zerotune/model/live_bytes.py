@@ -60,15 +60,18 @@ class Phase:
     """What is live at one boundary of the step (immutable; hashes by identity: each is made once per
     cached timeline, and the search compares thousands of them)."""
 
-    __slots__ = ("name", "group", "terms", "total")
+    __slots__ = ("name", "group", "terms", "total", "host", "host_total")
 
-    def __init__(self, name: str, group: str, terms: tuple[Term, ...]) -> None:
+    def __init__(self, name: str, group: str, terms: tuple[Term, ...], host: tuple[Term, ...] = ()) -> None:
         self.name = name
         self.group = group
         """init, forward, backward, step or end: the interval `zerotune bench` measures it in"""
         self.terms = terms
         self.total = sum([t.nbytes for t in terms])
-        """live bytes"""
+        """live bytes on the device"""
+        self.host = host
+        """what the rank holds in host memory then (optimizer offload)"""
+        self.host_total = sum([t.nbytes for t in host])
 
     def __repr__(self) -> str:
         return f"Phase({self.name!r}, {self.total})"
@@ -115,6 +118,31 @@ class StepInputs:
     """stage 3: gathered parameters at the end of forward"""
     prefetch_bytes: int = 0
     """stage 3: prefetch_bucket_size elements in the model dtype"""
+    gloo: bool = False
+    """collectives run on gloo (CPU ranks), whose reduce-scatter copies its input"""
+    host_init: int = 0
+    """optimizer offload: host bytes from `deepspeed.initialize` on (zerotune.model.states `offload_host_timeline`)"""
+    host_moments: int = 0
+    """optimizer offload: the optimizer's moments, created on the host at the first step"""
+    host_accum: int = 0
+    """optimizer offload: host gradient accumulators, from the first accumulating backward on"""
+    host_step: int = 0
+    """optimizer offload: host temporaries of the step"""
+
+
+def with_host(s: StepInputs, phases: tuple[Phase, ...]) -> tuple[Phase, ...]:
+    """The phases with what the rank holds in host memory at each (optimizer offload): the buffers
+    `deepspeed.initialize` makes, the moments from the first step on (the steady state, as on the
+    device), the accumulators and the step's temporaries."""
+    if not s.offload:
+        return phases
+    init = (_t("offloaded optimizer buffers", OPTIMIZER, s.host_init),)
+    steady = init + (_t("optimizer moments", OPTIMIZER, s.host_moments),)
+    if s.host_accum:
+        steady += (_t("gradient accumulators", GRADS, s.host_accum),)
+    step = steady + ((_t("step temporaries", OPTIMIZER, s.host_step),) if s.host_step else ())
+    by_group = {"init": init, "step": step}
+    return tuple(Phase(p.name, p.group, p.terms, by_group.get(p.group, steady)) for p in phases)
 
 
 def _t(label: str, kind: str, nbytes: int) -> Term:
@@ -123,6 +151,10 @@ def _t(label: str, kind: str, nbytes: int) -> Term:
 
 def steady(s: StepInputs) -> tuple[Term, ...]:
     terms = [_t("parameters", PARAMS, s.params)]
+    if s.offload and s.stage in (1, 2):
+        # the device-side staging buffer of the largest parameter, made at init
+        # (stage_1_and_2.py __init__ `temp_grad_buffer_for_gpu_offload`)
+        terms.append(_t("offload staging buffer", BUFFERS, s.largest_tensor * s.elem))
     if s.master:
         terms.append(_t("master weights", OPTIMIZER, s.master))
     if s.moments:
@@ -146,6 +178,10 @@ def activations_left(walk: tuple[tuple[int, int], ...], reduced: int) -> tuple[i
 @lru_cache(maxsize=8192)
 def timeline_below_stage3(s: StepInputs) -> tuple[Phase, ...]:
     """Phases of a stage 0/1/2 step (module docstring)."""
+    return with_host(s, _device_phases(s))
+
+
+def _device_phases(s: StepInputs) -> tuple[Phase, ...]:
     base = steady(s)
     e, part, psi = s.elem, s.part, s.psi
     if s.stage == 1 and s.grad_accum_width > e == 2 and not s.offload:
@@ -154,11 +190,17 @@ def timeline_below_stage3(s: StepInputs) -> tuple[Phase, ...]:
     if s.stage == 0 and e != s.master_width:
         init = base  # the fp16/bf16 wrappers create the moments at init (`initialize_optimizer_states`)
     carried: tuple[Term, ...] = ()
+    buffers = min(s.bucket, psi) if not s.contiguous else s.bucket * (2 if s.overlap else 1)
+    bucket_term = _t("reduce bucket" + ("s" if s.contiguous and s.overlap else ""), BUFFERS, buffers * e)
     if s.grad_accum > 1 and not s.offload:
         if s.stage == 1 or s.stage == 0:
             carried = (_t("gradients accumulated over micro-steps", GRADS, psi * s.grad_accum_width),)
         else:
             carried = (_t("previous micro-step's gradient partition", GRADS, part * e),)
+        if s.stage == 1 and s.contiguous:
+            # the first micro-step's gradient hook set the bucket up (`process_gradients` ->
+            # `setup_buckets`); only the boundary's epilogue releases it (`_release_ipg_buffers`)
+            carried += (_t("reduce bucket set up by the first micro-step", BUFFERS, buffers * e),)
     fwd = Phase("end of forward", "forward", base + carried + (_t("activations", ACTIVATIONS, s.acts.forward),))
     start = Phase(
         "start of backward",
@@ -169,7 +211,7 @@ def timeline_below_stage3(s: StepInputs) -> tuple[Phase, ...]:
     if s.stage == 1 and s.grad_accum_width > e == 2 and not s.offload:
         return _bf16_optimizer(s, phases)
     if s.stage < 2:
-        carried = ()  # the accumulated full gradients are the ones counted below
+        carried = ()  # the accumulated full gradients and the bucket are the ones counted below
     if s.stage == 0:
         flat = min(psi, STAGE0_ALLREDUCE_ELEMENTS)
         grads = _t("gradients", GRADS, psi * e)
@@ -178,11 +220,9 @@ def timeline_below_stage3(s: StepInputs) -> tuple[Phase, ...]:
         phases.append(_stage0_step(s, base, grads))
         phases.append(Phase("after step", "end", base))
         return tuple(phases)
-    buffers = min(s.bucket, psi) if not s.contiguous else s.bucket * (2 if s.overlap else 1)
-    bucket_term = _t("reduce bucket" + ("s" if s.contiguous and s.overlap else ""), BUFFERS, buffers * e)
     gip = _t("grads_in_partition", GRADS, part * e)
     if s.offload:
-        gip = _t("offload staging buffer", BUFFERS, s.largest_tensor * e)
+        gip = _t("offload staging buffer", BUFFERS, 0)  # in `base` from init on (steady)
     reduce_in_backward = s.stage == 2 or s.overlap
     if reduce_in_backward:
         # first flush that holds the fullest rank's partition: the last rank owns the end of the
@@ -213,13 +253,34 @@ def timeline_below_stage3(s: StepInputs) -> tuple[Phase, ...]:
             Phase("reduce (partition copy)", "backward", base + (_t("gradients not yet reduced", GRADS, rest * e), bucket_term, gip))
         )
         end_grads = (gip,)
+    # After the update every rank all-gathers the updated 16-bit partitions into the flat parameter
+    # groups (stage_1_and_2.py `step` -> runtime/utils.py `all_gather_dp_groups`); in place on
+    # NCCL, while gloo's `all_gather_into_tensor` fills a temporary of the output's size first
+    # (measured on the engine: the s2-offload step peak is exactly this on top of the steady state).
+    gathered = (_t("all-gather output (gloo)", BUFFERS, psi * e),) if s.gloo else ()
+    kept: tuple[Term, ...] = ()
     if s.offload:
-        # the update runs on the host (DeepSpeedCPUAdam); the device holds the steady state
-        phases.append(Phase("optimizer step (on the host)", "step", base))
-        phases.append(Phase("after step", "end", base))
+        # the update runs on the host (DeepSpeedCPUAdam). The partition's gradients are never
+        # repointed out of the bucket (`copy_grads_in_partition` copies them to the host buffer
+        # and leaves `param.grad` a view of it) nor freed by the step's offload branch, so the
+        # bucket buffers outlive the step
+        if s.contiguous:
+            kept = (_t("reduce bucket (viewed by the partition's gradients)", BUFFERS, buffers * e),)
+        phases.append(Phase("optimizer step (on the host)", "step", base + kept))
+        phases.append(Phase("all-gather updated parameters", "step", base + kept + gathered))
+        phases.append(Phase("after step", "end", base + kept))
         return tuple(phases)
-    phases.append(_step(s, base, end_grads, part, s.step_elements, flatten=True))
-    phases.append(Phase("after step", "end", base))
+    if s.stage == 1 and s.contiguous and not s.overlap and s.bucket < psi:
+        # Measured (data/evidence/memory_engine.json, s1-b5e6 and s1-ga2: exactly one bucket,
+        # 20.0 MB and 200.0 MB; not with overlap_comm, s1-overlap-b5e7): when stage 1's reduction
+        # after backward (`reduce_gradients`) fills the bucket more than once, the
+        # buffer `setup_buckets` allocated outlives the epilogue's `_release_ipg_buffers` and the
+        # step, and is gone by the next forward. The reference that keeps it was not traced.
+        kept = (_t("reduce bucket (still referenced)", BUFFERS, buffers * e),)
+    phases.append(_step(s, base + kept, end_grads, part, s.step_elements, flatten=True))
+    if gathered:
+        phases.append(Phase("all-gather updated parameters", "step", base + kept + gathered))
+    phases.append(Phase("after step", "end", base + kept))
     return tuple(phases)
 
 

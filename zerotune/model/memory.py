@@ -117,7 +117,9 @@ class MemoryEstimate:
     timeline: tuple[Phase, ...] = ()
     """live bytes at each phase boundary of the step, in order (zerotune.model.live_bytes)"""
     host_per_rank: int = 0
-    """host bytes of one rank (offload buffers): on a CPU-only host they share the one memory"""
+    """peak host bytes of one rank (offload buffers): on a CPU-only host they share the one memory"""
+    host_static: int = 0
+    """host bytes of one rank that are not on the timeline (live throughout)"""
 
     def phase(self, name: str) -> Phase:
         """The timeline's phase called `name` (KeyError when this stage has none)."""
@@ -135,15 +137,19 @@ class MemoryEstimate:
         """Per phase `zerotune bench` measures (init, forward, backward, step): (most live bytes in
         it, live bytes at its end), allocated bytes only (no CUDA context or fragmentation); with
         `host_is_device` the rank's host buffers are added (CPU ranks: one memory)."""
-        extra = self.host_per_rank if host_is_device else 0
+        extra = self.host_static if host_is_device else 0
+
+        def live(p: Phase) -> int:
+            return p.total + (p.host_total if host_is_device else 0) + extra
+
         out: dict[str, tuple[int, int]] = {}
         for group in ("init", "forward", "backward", "step"):
             phases = [p for p in self.timeline if p.group == group]
             if phases:
-                out[group] = (max(p.total for p in phases) + extra, phases[-1].total + extra)
+                out[group] = (max(live(p) for p in phases), live(phases[-1]))
         after = [p for p in self.timeline if p.group == "end"]
         if after and "step" in out:
-            out["step"] = (out["step"][0], after[-1].total + extra)
+            out["step"] = (out["step"][0], live(after[-1]))
         return out
 
     def bench_phases_flat(self, *, host_is_device: bool = False) -> dict[str, int]:
@@ -167,12 +173,14 @@ def estimate_memory(
     hardware: HardwareProfile | None = None,
     safety_margin: float = DEFAULT_MARGIN,
     torch_optimizer: bool = False,
+    gloo: bool = False,
 ) -> MemoryEstimate:
     """Peak bytes per GPU (and host/NVMe per node) of one data-parallel DeepSpeed ZeRO rank.
 
     Data parallelism only: N_d = workload.world_size. The peak is the phase of the step with the most
     live bytes (module docstring). `torch_optimizer`: the optimizer is a torch one passed to
     `deepspeed.initialize` (its update makes temporaries; DeepSpeed's fused and CPU Adam do not).
+    `gloo`: the ranks' collectives run on gloo (CPU ranks: `zerotune bench` on a CPU host).
     """
     facts = facts_of(model)
     stage = zero.stage
@@ -221,6 +229,16 @@ def estimate_memory(
     part = -(-facts.psi // n_d)
     offload = opt_dev != "none"
     accum = DTYPE_BYTES.get(zero.grad_accum_dtype or "", e)
+    host_moments = part * sb.moments if offload and (stage < 3 or opt_dev == "cpu") else 0
+    host_init = host_accum = 0
+    if offload:
+        host_init = states.cpu - host_moments
+        if stage < 3:
+            # pinned CPU staging buffer of the largest parameter (stage_1_and_2.py __init__
+            # `temp_grad_buffer_for_cpu_offload`); with accumulation, per-parameter CPU accumulators
+            # of this rank's partition (`async_accumulate_grad_in_cpu_via_gpu`)
+            host_init += facts.largest_tensor * e
+            host_accum = part * e if workload.grad_accum > 1 else 0
     inputs = StepInputs(
         stage=stage,
         elem=e,
@@ -243,6 +261,10 @@ def estimate_memory(
         offload=offload,
         gathered_bytes=gathered * e,
         prefetch_bytes=min(zero.prefetch_bucket_size, facts.psi) * e if stage == 3 else 0,
+        gloo=gloo,
+        host_init=host_init,
+        host_moments=host_moments,
+        host_accum=host_accum,
     )
     timeline = timeline_stage3(inputs) if stage == 3 else timeline_below_stage3(inputs)
     top = peak(timeline)
@@ -257,18 +279,14 @@ def estimate_memory(
         overhead=max(0, CUDA_CONTEXT_BYTES + int(FRAGMENTATION * (activations + comm)) + _slack(hardware)),
     )
     per_node = workload.gpus_per_node
-    host = states.cpu + offload_host_buffers(facts.psi, n_d, stage, zero, e)
-    if stage in (1, 2) and opt_dev != "none":
-        # pinned CPU staging buffer of the largest parameter, and with accumulation the per-parameter
-        # CPU accumulators of this rank's partition (stage_1_and_2.py `async_accumulate_grad_in_cpu_via_gpu`)
-        host += facts.largest_tensor * e
-        if workload.grad_accum > 1:
-            host += -(-facts.psi // n_d) * e
+    # host memory outside the optimizer-offload timeline: offloaded parameters without optimizer
+    # offload, NVMe swap buffers, checkpoints kept in CPU memory
+    host_static = (0 if offload else states.cpu) + offload_host_buffers(facts.psi, n_d, stage, zero, e)
     if workload.checkpoint_in_cpu and workload.activation_checkpointing:
         seq, micro = workload.seq_len, workload.micro_batch
-        host += checkpoint_host_bytes(facts.num_layers, seq, micro, facts.hidden, precision)
-    host_rank = host
-    cpu = host * per_node
+        host_static += checkpoint_host_bytes(facts.num_layers, seq, micro, facts.hidden, precision)
+    host_rank = host_static + max(p.host_total for p in timeline)
+    cpu = host_rank * per_node
     nvme = states.nvme * per_node
 
     capacity = fits = headroom = None
@@ -310,6 +328,7 @@ def estimate_memory(
         notes=tuple(notes),
         timeline=timeline,
         host_per_rank=host_rank,
+        host_static=host_static,
     )
 
 

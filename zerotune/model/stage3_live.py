@@ -34,7 +34,9 @@ from zerotune.model.live_bytes import (
     Phase,
     StepInputs,
     Term,
+    activations_left,
     steady,
+    with_host,
 )
 
 
@@ -64,6 +66,24 @@ def timeline_stage3(s: StepInputs) -> tuple[Phase, ...]:
             Term("first gradient", GRADS, s.largest_tensor * e),
         ),
     )
+    # Each bucket flush reduce-scatters through `__avg_scatter_grads` (the default
+    # `reduce_scatter: true`), whose `reduce_scatter_coalesced` (runtime/comm/coalesced_collectives.py)
+    # interleaves the bucket's gradients into one new flat tensor of the bucket's elements in the
+    # communication dtype; the partitions are copied out of it (`partition_grads`). On gloo,
+    # `reduce_scatter_tensor` works on a copy of that input (measured on the engine: a second
+    # allocation of the same size inside deepspeed/comm/torch.py `reduce_scatter_tensor`). The first
+    # flush holds the end of the model, whose backward has freed its activations and released its
+    # parameters; without contiguous gradients the bucket's gradients are separate tensors.
+    fill = min(s.bucket, s.psi)
+    left, _ = activations_left(s.acts.walk, fill)
+    flush = (
+        Term("flattened bucket (reduce-scatter)", BUFFERS, fill * s.comm_elem * (2 if s.gloo else 1)),
+        Term("gathered parameters", PARAMS, max(s.gathered_bytes - fill * e, 0)),
+        Term("activations", ACTIVATIONS, left if fill < s.psi else 0),
+    )
+    if not s.contiguous:
+        flush += (Term("bucket gradients", GRADS, fill * e),)
+    reduce = Phase("bucket flush (reduce-scatter)", "backward", base + flush)
     flat = Term("flattened gradient sub-group", GRADS, s.step_elements * e)
     fp32 = Term("fp32 gradient copy", GRADS, s.step_elements * s.master_width)
     copy = (flat,) if e == s.master_width else (flat, fp32)
@@ -75,11 +95,12 @@ def timeline_stage3(s: StepInputs) -> tuple[Phase, ...]:
     step = first if first.total >= second.total or s.offload else second
     if s.offload:
         step = Phase("optimizer step", "step", base)
-    return (
+    return with_host(s, (
         Phase("after init", "init", init),
         fwd,
         start,
+        reduce,
         Phase("end of backward", "backward", base),
         step,
         Phase("after step", "end", base),
-    )
+    ))

@@ -8,7 +8,18 @@ the facts module's HF model config dump.
 
 from __future__ import annotations
 
-from zerotune.diagnose.signals import config, facts, memory, nccl, ops, params, precision, process, timers
+from zerotune.diagnose.signals import (
+    config,
+    facts,
+    frames,
+    memory,
+    nccl,
+    ops,
+    params,
+    precision,
+    process,
+    timers,
+)
 from zerotune.diagnose.signals.signal import BlockSignal, Signal
 
 LINE_SIGNALS: tuple[Signal, ...] = (
@@ -20,6 +31,7 @@ LINE_SIGNALS: tuple[Signal, ...] = (
     *precision.SIGNALS,
     *params.SIGNALS,
     *ops.SIGNALS,
+    *frames.SIGNALS,
 )
 BLOCK_SIGNALS: tuple[BlockSignal, ...] = timers.SIGNALS
 NAMES = frozenset(s.name for s in (*LINE_SIGNALS, *BLOCK_SIGNALS))

@@ -287,6 +287,7 @@ _VERSION = re.compile(
     r"|'\w*(?:DeepSpeed|Trainer|Accelerator|Optimizer_Stage\d|Zero\w*Optimizer)\w*' object has no attribute '(?!ds_opt_)\w+'"
     r"|no_sync context manager is incompatible with gradient partitioning"
     r"|TypeError: [\w.]*\(\) got (?:an unexpected keyword argument|multiple values for keyword argument) '\w+'"
+    r"|^\s*(?:[\w.]+\.)?\w*(?:Error|Exception): .*\b[Vv]ersion mismatch"
 )
 """A library object without an attribute its caller uses, or a call with a keyword the callee does not
 take (an API that moved between the releases of DeepSpeed, transformers, accelerate or the training
@@ -356,7 +357,7 @@ SIGNALS = (
             rb"ImportError",
             rb"ModuleNotFoundError",
             rb"No module named '",
-            rb"require_version\(",
+            rb'version\("',  # require_version("...": cut to start on a rarer byte (scan.py)
             rb"TypeError: ",
             rb"AttributeError: ",
             rb"version ==",

@@ -224,11 +224,11 @@ SIGNALS = (
     ),
     Signal(
         "aio_errors",
-        (rb"Unable to JIT load", rb"Assertion", rb"!= file bytes", rb"'NoneType' object has no attribute"),
+        (rb"Unable to JIT load", rb"Assertion", rb"!= file bytes", rb"NoneType' object has no attribute"),
         (_aio,),
     ),
     Signal(
-        "cpu_alloc_failures", (rb"DefaultCPUAllocator", rb"MemoryError", rb"std::bad_alloc"), (_cpu_alloc,)
+        "cpu_alloc_failures", (rb"DefaultCPUAllocator", rb"MemoryError", rb"bad_alloc"), (_cpu_alloc,)
     ),
     Signal("host_memory", (rb"Kill", rb"CPU Virtual Memory"), (_kernel_oom_killer, _host_memory_report)),
     Signal("memory_reports", (rb"Max_MA ",), (_memory_report,)),

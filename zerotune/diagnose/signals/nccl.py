@@ -1,6 +1,7 @@
 """NCCL signals: collectives that timed out or failed (torch's ProcessGroupNCCL watchdog), ranks out
 of step (TORCH_DISTRIBUTED_DEBUG=DETAIL's CollectiveFingerPrint lines and its "Detected mismatch
-between collectives")."""
+between collectives"). NCCL's own `NCCL WARN` lines (what its transport or a CUDA call reported) are
+kept as a candidate: diagnose names them only for a failed run nothing else explains."""
 
 from __future__ import annotations
 
@@ -14,6 +15,10 @@ _NCCL_WORK = re.compile(
 )
 _RANK_IN_TEXT = re.compile(r"\[(?:PG [^\]]*?)?Rank (\d+)\]|\brank[ =:](\d+)\b", re.I)
 _FINGERPRINT = re.compile(r"Rank (\d+)\] Running collective: CollectiveFingerPrint\(SequenceNumber=(\d+)")
+
+
+MAX_WARNINGS = 5
+"""NCCL WARN lines kept (a few show what failed; they must not crowd timeouts out of the bounded list)."""
 
 
 def _failure(hit: Hit) -> None:
@@ -51,6 +56,8 @@ def _failure(hit: Hit) -> None:
     ):
         detail = "shm" if shm else "duplicate_gpu" if "Duplicate GPU detected" in text else None
         s.add(s.collectives, CollectiveFailure(hit.line, "error", rank=rank, detail=detail))
+    elif "NCCL WARN" in text and sum(c.kind == "warn" for c in s.collectives) < MAX_WARNINGS:
+        s.add(s.collectives, CollectiveFailure(hit.line, "warn", rank=rank))
 
 
 def _transport(hit: Hit) -> None:
@@ -118,9 +125,10 @@ SIGNALS = (
             rb"Timeout at NCCL work",
             rb"Some NCCL operations have failed",
             rb"Detected a disagreement on list length",
-            rb"posix_fallocate failed",
-            rb"shared memory segment",
+            rb"x_fallocate failed",  # posi-x: a trigger starts on a rare byte (scan.py)
+            rb"Error while creating shared memory",
             rb"Duplicate GPU detected",
+            rb"NCCL WARN",
         ),
         (_failure, _mismatch),
     ),

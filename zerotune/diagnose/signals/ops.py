@@ -1,10 +1,12 @@
 """DeepSpeed op build signals: a C++/CUDA op (cpu_adam, fused_adam, transformer_inference, ...) that
-fails to compile at JIT time or to load afterwards.
+fails to compile at JIT time or to load afterwards, or a prebuild at pip install that fails to link.
 
 The formats are those of torch.utils.cpp_extension (`Error building extension 'cpu_adam'`, ninja's
 "build stopped: subcommand failed"), DeepSpeed's op builders (deepspeed/ops/op_builder/builder.py at
 0.19.8: MissingCUDAException, "CUDA_HOME does not exist", ninja missing), and the AttributeError a
-half-built DeepSpeedCPUAdam raises later in __del__ ("has no attribute 'ds_opt_adam'"). The async_io
+half-built DeepSpeedCPUAdam raises later in __del__ ("has no attribute 'ds_opt_adam'"); the build's own
+tools failing however the traceback is printed (subprocess's "Command '['ninja', '-v']' returned
+non-zero exit status", the linker's "ld: cannot find"). The async_io
 op is nvme_aio's (signals.memory), a CUDA toolkit that differs from torch's is version_mismatch's.
 """
 
@@ -23,6 +25,7 @@ _BUILD = re.compile(
     r"|undefined symbol: .*(adam|lamb|lion|adagrad)|fatal error: (?:cuda_\w+|\w+)\.h: No such file"
     r"|^FAILED: (\w+)\.(?:so|o|cuda\.o)\b|_run_ninja_build|nvcc fatal|[Uu]nsupported gpu architec\w+ '(compute_\d+)'"
     r"|ld returned 1 exit status|'[^']*/(?:gcc|g\+\+|c\+\+|nvcc)' failed with exit code"
+    r"|/ld: cannot find|Command '\['(?:ninja|nvcc|gcc|g\+\+|c\+\+|cmake|make)'"
 )
 
 
@@ -57,7 +60,7 @@ SIGNALS = (
             rb"FAILED: ",
             rb"_run_ninja_build",
             rb"Unsupported gpu",
-            rb"nvcc fatal",  # also without the colon: "nvcc fatal unsupported gpu architecture"
+            rb"vcc fatal",  # n-vcc; also without the colon: "nvcc fatal unsupported gpu architecture"
             rb"' failed with exit code",
             rb"No such file",
         ),

@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 
 from zerotune.diagnose.records import Event, LogLine
+from zerotune.diagnose.signals.frames import frame_family
 from zerotune.diagnose.signals.signal import Hit, Signal
 
 _WORLD = re.compile(r"used a DP world size of (\d+) but the current world size is (\d+)")
@@ -55,12 +56,6 @@ _CHECKPOINT_LINES: tuple[tuple[str, re.Pattern[str]], ...] = (
 )
 """(kind, message) of checkpoint failures, most specific first."""
 
-_CHECKPOINT_FRAMES = re.compile(
-    r"\bin (?:load_checkpoint|_load_checkpoint|_load_zero_checkpoint|save_checkpoint|_save_checkpoint"
-    r"|_save_zero_checkpoint|save_16bit_model|_load_from_checkpoint|load_state_dict_from_zero_checkpoint"
-    r"|_load_optimizer_and_scheduler|_load_rng_state|get_fp32_state_dict_from_zero_checkpoint)\b"
-)
-_CHECKPOINT_FILE = re.compile(r"zero_to_fp32\.py|ds_to_universal\.py|checkpoint_engine|/checkpoint/")
 _NOT_CHECKPOINT = ("out of memory", "NCCL", "Timeout", "timed out", "OutOfMemory")
 
 
@@ -89,14 +84,14 @@ def _checkpoint(hit: Hit) -> None:
 
 
 def _checkpoint_frame(frame: LogLine) -> bool:
-    text = frame.text
-    if _CHECKPOINT_FILE.search(text):
-        return True
-    return _CHECKPOINT_FRAMES.search(text) is not None
+    return frame_family(frame.text) == "checkpoint"
 
 
 _ZERO3: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("current_model_empty", re.compile(r"the shape in current model is torch\.Size\(\[0\]\)")),
+    (
+        "current_model_empty",
+        re.compile(r"(?:the shape in current model is|\(which has shape) torch\.Size\(\[0\]\)"),
+    ),
     ("weight_not_2d", re.compile(r"must be 2-D|must be a matrix")),
     (
         "empty_tensor_shape",

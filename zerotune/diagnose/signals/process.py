@@ -143,7 +143,7 @@ SIGNALS = (
             rb"RendezvousTimeoutError",
             rb"DistStoreError",
             rb"Socket Timeout",
-            rb"\[c10d\] waitForInput",
+            rb"ForInput: ",  # "[c10d] waitForInput: ... timed out"
             rb"Invalidate trace cache",
             rb"Thread 0x",
             rb"Current thread 0x",
@@ -173,7 +173,7 @@ SIGNALS = (
         (
             rb"xits with return code",
             rb"xitcode",
-            rb"killed by signal",
+            rb"by signal",  # "killed by signal"
             rb"SIGKILL",
             rb"Sigkill",
             rb"Signal \d",

@@ -1,0 +1,161 @@
+"""The fix for collectives, hangs and speed: the rank to find, the leaf modules, the transport,
+where ranks wait, the exposed timer; and the unrecognised failure's pointer to its evidence."""
+
+from __future__ import annotations
+
+from zerotune.diagnose.advice.unchecked import unchecked
+from zerotune.diagnose.explain import Job
+from zerotune.diagnose.records import Scan
+from zerotune.diagnose.report import Change, Diagnosis, FixOut
+
+
+def nccl_timeout(d: Diagnosis, scan: Scan, job: Job) -> FixOut:
+    c = d.collective
+    seconds = (c.timeout_ms or 0) / 1000 if c else 0
+    return unchecked(
+        [
+            Change(
+                key="(script) the slowest rank",
+                old=None,
+                new="found and fixed",
+                reason="the ranks that time out wait for one that did not arrive (an error, data loading, rank-0-only "
+                "work): its log comes first",
+            ),
+            Change(
+                key="(script) init_process_group timeout",
+                old=f"{seconds:g} s" if seconds else None,
+                new="longer than the rank-0-only work",
+                reason="only if that work (saving, evaluation) is legitimately long; HF: --ddp_timeout",
+            ),
+        ],
+        "Run with NCCL_DEBUG=INFO and TORCH_NCCL_TRACE_BUFFER_SIZE set to see which rank lags.",
+    )
+
+
+def nccl_desync(d: Diagnosis, scan: Scan, job: Job) -> FixOut:
+    return unchecked(
+        [
+            Change(
+                key="(script) deepspeed.utils.set_z3_leaf_modules",
+                old=None,
+                new="(model, [the MoE block class])",
+                reason="under ZeRO-3 a mixture-of-experts block must be gathered as one leaf so every rank runs the "
+                "same collectives whatever the routing; otherwise make every rank take the same code path",
+            )
+        ],
+        "Ranks must issue the same collectives in the same order; TORCH_DISTRIBUTED_DEBUG=DETAIL shows where they part.",
+    )
+
+
+def _socket_slow(d: Diagnosis, scan: Scan, job: Job) -> FixOut:
+    return unchecked(
+        [
+            Change(
+                key="(environment) NCCL_IB_HCA / NCCL_SOCKET_IFNAME",
+                old="TCP sockets",
+                new="InfiniBand/RoCE (RDMA enabled, NCCL_IB_DISABLE=0)",
+                reason="inter-node gradient and parameter traffic needs RDMA; `NCCL_DEBUG=INFO` should say NET/IB",
+            )
+        ],
+        "A network setup problem, not the DeepSpeed config.",
+    )
+
+
+def nccl_error(d: Diagnosis, scan: Scan, job: Job) -> FixOut:
+    details = {c.detail for c in scan.collectives if c.kind == "error"}
+    if "shm" in details:
+        # NCCL keeps intra-node buffers in /dev/shm; a container's default (Docker: 64 MB) fills up
+        # (NVIDIA/nccl issue 525, the NCCL maintainer's answer; NCCL_SHM_DISABLE in NCCL's env docs)
+        return unchecked(
+            [
+                Change(
+                    key="(container) /dev/shm",
+                    old=None,
+                    new="larger (docker --shm-size or --ipc=host; Kubernetes: a memory emptyDir at /dev/shm)",
+                    reason="NCCL could not create its shared-memory segment: /dev/shm is full",
+                )
+            ],
+            "Remove stale nccl-* files from /dev/shm; NCCL_SHM_DISABLE=1 works around it at some speed cost.",
+        )
+    if "duplicate_gpu" in details:
+        # NCCL refuses two ranks on one device (init.cc); each rank must select its own GPU before
+        # deepspeed.initialize / zero.Init build their communicators (DeepSpeed issue 1604)
+        return unchecked(
+            [
+                Change(
+                    key="(script) torch.cuda.set_device(local_rank)",
+                    old=None,
+                    new="before deepspeed.initialize and zero.Init",
+                    reason="two ranks use the same GPU: the script or a hard-coded device puts them there",
+                )
+            ],
+            "Do not hard-code a CUDA device; let the launcher's LOCAL_RANK choose it.",
+        )
+    return unchecked(
+        [
+            Change(
+                key="(environment) NCCL_DEBUG",
+                old=None,
+                new="INFO",
+                reason="shows the transport that failed (IB, sockets, P2P); NCCL_P2P_DISABLE=1 for GPUs without P2P",
+            )
+        ],
+        "A transport or driver problem, not the DeepSpeed config.",
+    )
+
+
+def hang(d: Diagnosis, scan: Scan, job: Job) -> FixOut:
+    kinds = {e.kind for e in scan.hangs}
+    if "barrier_timeout" in kinds:
+        change = Change(
+            key="(launcher) MASTER_ADDR / MASTER_PORT",
+            old=None,
+            new="reachable from every node",
+            reason="the rendezvous never completed: a firewall, the wrong interface (NCCL_SOCKET_IFNAME), or a rank stuck before it",
+        )
+    else:
+        change = Change(
+            key="(environment) a stuck start-up",
+            old=None,
+            new="py-spy dump --pid <rank pid>",
+            reason="shows where each rank waits; a stale op-build lock is fixed by removing ~/.cache/torch_extensions, "
+            "consumer GPUs without P2P need NCCL_P2P_DISABLE=1",
+        )
+    return unchecked([change], "No error to fix in the config: find where the ranks wait first.")
+
+
+def slow(d: Diagnosis, scan: Scan, job: Job) -> FixOut:
+    if d.title == "NCCL runs over TCP sockets":
+        return _socket_slow(d, scan, job)
+    if "all-reduce" in d.explanation:
+        z = job.config.get("zero_optimization") if job.config else None
+        return unchecked(
+            [
+                Change(
+                    key="zero_optimization.overlap_comm",
+                    old=z.get("overlap_comm") if isinstance(z, dict) else None,
+                    new=True,
+                    reason="overlaps the gradient reduction with the backward pass",
+                )
+            ],
+            "Larger reduce buckets and fewer accumulation boundaries hide more of it; --model/--config/--profile "
+            "compare the step with zerotune's prediction.",
+        )
+    return unchecked(
+        [
+            Change(
+                key="(hardware) CPU cores per rank",
+                old=None,
+                new="more",
+                reason="the optimizer step dominates: under offload it runs on the CPU",
+            )
+        ],
+        "Pass --model/--config/--profile to compare the step with zerotune's prediction.",
+    )
+
+
+def unclassified(d: Diagnosis, scan: Scan, job: Job) -> FixOut:
+    return unchecked(
+        [],
+        "zerotune does not recognise this failure: the evidence lines (the first exception) are what to search for.",
+    )

@@ -1,0 +1,146 @@
+"""The fix for a job that cannot start: the config keys to set, the versions to align, the op to
+prebuild, NVMe offload's libaio, the optimizer to name under ZeRO-Offload."""
+
+from __future__ import annotations
+
+from zerotune.diagnose.advice.unchecked import unchecked
+from zerotune.diagnose.explain import Job
+from zerotune.diagnose.records import Scan
+from zerotune.diagnose.report import Change, Diagnosis, FixOut
+from zerotune.diagnose.signals.memory import unset_swapper
+
+
+def config_rejected(d: Diagnosis, scan: Scan, job: Job) -> FixOut:
+    rej = d.rejected
+    changes: list[Change] = []
+    if rej is not None and rej.kind == "hf_mismatch":
+        for f in rej.fields:
+            changes.append(
+                Change(
+                    key=f.field,
+                    old=f.value,
+                    new="auto",
+                    reason="let the HF Trainer fill it from TrainingArguments",
+                )
+            )
+        return unchecked(changes, 'Set the mismatching keys to "auto" (or make them equal to the command line).')
+    values = {f.field: f.value for f in rej.fields} if rej else {}
+    if "world_size" in values and all(
+        values.get(k) for k in ("train_micro_batch_size_per_gpu", "gradient_accumulation_steps")
+    ):
+        try:
+            micro, accum, world = (
+                int(values[k])
+                for k in ("train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "world_size")
+            )  # type: ignore[arg-type]
+            changes.append(
+                Change(
+                    key="train_batch_size",
+                    old=values.get("train_batch_size"),
+                    new=micro * accum * world,
+                    reason=f"DeepSpeed requires train_batch_size = micro-batch {micro} × accumulation {accum} × world size {world} (or leave one of the three out)",
+                )
+            )
+        except (TypeError, ValueError):
+            pass
+    for f in rej.fields if rej else []:
+        if not changes and f.field and "greater than 0" in f.message:
+            changes.append(Change(key=f.field, old=f.value, new="≥ 1", reason=f.message))
+    codes = f" (zerotune validate: {', '.join(rej.rule_codes)})" if rej and rej.rule_codes else ""
+    if not changes and rej is not None:
+        for f in rej.fields[:3]:
+            if f.field:
+                changes.append(
+                    Change(
+                        key=f.field,
+                        old=f.value,
+                        new="a value DeepSpeed accepts",
+                        reason=(f.message or "rejected")[:200],
+                    )
+                )
+    return unchecked(
+        changes, f"Correct the rejected keys{codes}; `zerotune validate` checks the config before a run."
+    )
+
+
+def _versions(scan: Scan) -> str:
+    return ", ".join(
+        f"{n.replace('_version', '')} {scan.facts[n].value}"
+        for n in ("deepspeed_version", "torch_version", "cuda_version", "transformers_version")
+        if n in scan.facts
+    )
+
+
+def version_mismatch(d: Diagnosis, scan: Scan, job: Job) -> FixOut:
+    versions = _versions(scan) or "the versions in the error"
+    return unchecked(
+        [
+            Change(
+                key="(environment) versions",
+                old=versions,
+                new="a matching set",
+                reason="install the CUDA toolkit torch was built with (or the torch build for the toolkit), "
+                "and a DeepSpeed/transformers pair released together; `ds_report` shows them",
+            )
+        ],
+        "Align the versions the error names; nothing in the DeepSpeed config changes.",
+    )
+
+
+def op_build(d: Diagnosis, scan: Scan, job: Job) -> FixOut:
+    op = next((str(e.value) for e in scan.build_errors if e.value), "the op")
+    return unchecked(
+        [
+            Change(
+                key="(environment) build",
+                old=f"{op} JIT build failed",
+                new=f"DS_BUILD_{op.upper()}=1 pip install deepspeed" if op != "the op" else "prebuilt ops",
+                reason="prebuild the op with a CUDA toolkit matching torch (CUDA_HOME set, nvcc and ninja on PATH), "
+                "or clear ~/.cache/torch_extensions if a stale build is loaded",
+            )
+        ],
+        "An install problem, not a config one; `ds_report` shows which ops are compatible.",
+    )
+
+
+def nvme_aio(d: Diagnosis, scan: Scan, job: Job) -> FixOut:
+    if any(unset_swapper(line) for line in scan.aio_errors):
+        # the swapper DeepSpeed left unset for this NVMe combination (issues 4998 and 1534)
+        return unchecked(
+            [
+                Change(
+                    key="zero_optimization.offload_optimizer.device",
+                    old=None,
+                    new="nvme (with offload_param nvme), or a DeepSpeed release with PR 6963",
+                    reason="parameters on NVMe reached swap code whose optimizer swapper was never built",
+                )
+            ],
+            "Or offload only the optimizer to NVMe, parameters to cpu.",
+        )
+    return unchecked(
+        [
+            Change(
+                key="(environment) libaio",
+                old=None,
+                new="libaio-dev installed, async_io [OKAY] in ds_report",
+                reason="NVMe offload needs DeepSpeed's async_io op; swap files on a local NVMe filesystem with room",
+            )
+        ],
+        "Or remove the NVMe offload (offload_optimizer/offload_param device nvme → cpu).",
+    )
+
+
+def client_optimizer(d: Diagnosis, scan: Scan, job: Job) -> FixOut:
+    old = job.config.get("optimizer") if job.config is not None else None
+    return unchecked(
+        [
+            Change(
+                key="optimizer",
+                old=old,
+                new={"type": "AdamW", "params": {"lr": "auto", "weight_decay": "auto"}},
+                reason="an optimizer named in the config is built by DeepSpeed as DeepSpeedCPUAdam under offload "
+                '("auto" lets the HF Trainer fill the values)',
+            )
+        ],
+        'Or keep the script\'s optimizer and set "zero_force_ds_cpu_optimizer": false (slower CPU step).',
+    )

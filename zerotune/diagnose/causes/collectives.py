@@ -1,0 +1,131 @@
+"""Collective causes: ranks out of step (desync), the NCCL watchdog's timeout, NCCL errors (and its
+WARN lines as a last candidate), inter-node traffic over TCP sockets."""
+
+from __future__ import annotations
+
+from zerotune.diagnose.causes.evidence import evidence
+from zerotune.diagnose.records import Scan
+from zerotune.diagnose.report import (
+    CollectiveInfo,
+    Diagnosis,
+)
+from zerotune.diagnose.signals import nccl
+
+
+def nccl_desync(scan: Scan, offload_configured: bool) -> Diagnosis | None:
+    ds = nccl.desync(scan)
+    desync_lines = [c.line for c in scan.collectives if c.kind == "desync"]
+    split = nccl.split_collective(scan)
+    if split is not None:
+        seq, calls = split
+        ranks = sorted({c.rank for c in calls if c.rank is not None})
+        shown = "; ".join(
+            f"rank {c.rank if c.rank is not None else '?'}: {c.op or '?'} of {c.numel:,} elements"
+            if c.numel is not None
+            else f"rank {c.rank if c.rank is not None else '?'}: {c.op or '?'}"
+            for c in sorted(calls, key=lambda c: (c.rank is None, c.rank or 0))[:8]
+        )
+        return Diagnosis(
+            cause="nccl_desync",
+            title="Ranks in different collectives",
+            explanation=(
+                f"At collective #{seq} the ranks were not in the same call ({shown}): each waits for a "
+                "partner that is in another collective, until the watchdog fires. The ranks took different "
+                "code paths; under ZeRO-3 the usual one is a mixture-of-experts layer whose experts are "
+                "gathered only on the ranks whose tokens were routed to them."
+            ),
+            evidence=evidence([c.line for c in calls]),
+            collective=CollectiveInfo(kind="desync", seq=seq, ranks=ranks),
+            line=min(c.line.number for c in calls),
+        )
+    if not (ds or desync_lines):
+        return None
+    ranks = (
+        ds[0]
+        if ds
+        else sorted({c.rank for c in scan.collectives if c.kind == "desync" and c.rank is not None})
+    )
+    return Diagnosis(
+        cause="nccl_desync",
+        title="Ranks out of step in their collectives",
+        explanation=(
+            f"Rank(s) {', '.join(map(str, ranks)) or '?'} issued fewer collectives than the others: the "
+            "ranks took different code paths (data-dependent control flow, MoE routing, a rank that "
+            "skipped a step or crashed), so the others wait forever."
+        ),
+        evidence=evidence((ds[1] if ds else []) + desync_lines),
+        collective=CollectiveInfo(kind="desync", ranks=ranks),
+        line=min(line.number for line in (ds[1] if ds else []) + desync_lines),
+    )
+
+
+def nccl_timeout(scan: Scan, offload_configured: bool) -> Diagnosis | None:
+    timeouts = [c for c in scan.collectives if c.kind == "timeout"]
+    if not timeouts:
+        return None
+    c = next((t for t in timeouts if t.op), timeouts[0])
+    ranks = sorted({t.rank for t in timeouts if t.rank is not None})
+    size = f", {c.numel:,} elements" if c.numel else ""
+    return Diagnosis(
+        cause="nccl_timeout",
+        title=f"NCCL {c.op or 'collective'} timed out",
+        explanation=(
+            f"The NCCL watchdog stopped collective #{c.seq or '?'} ({c.op or 'unknown op'}{size}) after "
+            f"{(c.timeout_ms or 0) / 1000:g} s on rank(s) {', '.join(map(str, ranks)) or '?'}. The "
+            "ranks that time out are waiting for one that did not arrive: look for the slowest or "
+            "failed rank (an OOM, a hang in data loading or in rank-0-only code such as saving or "
+            "evaluation); raise the timeout only if that work is legitimately long."
+        ),
+        evidence=evidence([t.line for t in timeouts]),
+        collective=CollectiveInfo(
+            kind="timeout", op=c.op, seq=c.seq, numel=c.numel, timeout_ms=c.timeout_ms, ranks=ranks
+        ),
+        line=min(t.line.number for t in timeouts),
+    )
+
+
+def nccl_error(scan: Scan, offload_configured: bool) -> Diagnosis | None:
+    errors = [c for c in scan.collectives if c.kind == "error"]
+    if not errors:
+        return None
+    return Diagnosis(
+        cause="nccl_error",
+        title="NCCL error",
+        explanation="A collective failed with an NCCL error; run with NCCL_DEBUG=INFO for the transport.",
+        evidence=evidence([e.line for e in errors]),
+        collective=CollectiveInfo(kind="error", ranks=sorted({e.rank for e in errors if e.rank is not None})),
+        line=min(e.line.number for e in errors),
+    )
+
+
+def nccl_warned(scan: Scan, offload_configured: bool) -> Diagnosis | None:
+    """A failed run nothing else explains, with NCCL WARN lines: what NCCL reported is the lead."""
+    warns = [c for c in scan.collectives if c.kind == "warn"]
+    if not warns or not (scan.exceptions or scan.tracebacks or scan.exits or scan.kills):
+        return None
+    return Diagnosis(
+        cause="nccl_error",
+        title="NCCL warned before the run failed",
+        explanation=(
+            "The run failed without a message zerotune recognises, and NCCL printed warnings (NCCL WARN) "
+            "first: what NCCL reports there (a CUDA call, a transport, shared memory) is the likely cause."
+        ),
+        evidence=evidence([w.line for w in warns] + scan.exceptions[:1]),
+        collective=CollectiveInfo(kind="error", ranks=sorted({w.rank for w in warns if w.rank is not None})),
+        line=warns[0].line.number,
+    )
+
+
+def socket_transport(scan: Scan, offload_configured: bool) -> Diagnosis | None:
+    if not scan.nccl_transport:
+        return None
+    return Diagnosis(
+        cause="slow",
+        title="NCCL runs over TCP sockets",
+        explanation=(
+            "NCCL found no InfiniBand/RoCE device and uses TCP sockets for the traffic between nodes: "
+            "a multi-node run is then limited by the Ethernet link and scales poorly."
+        ),
+        evidence=evidence(scan.nccl_transport),
+        line=scan.nccl_transport[0].number,
+    )

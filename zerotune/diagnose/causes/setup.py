@@ -1,0 +1,161 @@
+"""Causes that stop a job before or as it starts: a DeepSpeed config rejected (pydantic, batch
+assertions, HF's mismatch check), incompatible library versions, a DeepSpeed op that does not build,
+ZeRO-Offload refusing a client optimizer."""
+
+from __future__ import annotations
+
+from zerotune.diagnose.causes.evidence import evidence
+from zerotune.diagnose.records import FieldError, Rejection, Scan
+from zerotune.diagnose.report import (
+    Diagnosis,
+    RejectedField,
+    RejectedInfo,
+)
+from zerotune.diagnose.signals import config
+
+
+def _hf_auto(rej: Rejection) -> FieldError | None:
+    """The field holding transformers' fractional "auto" prefetch bucket (signals.config.hf_auto_fraction)."""
+    return next(
+        (
+            f
+            for f in rej.fields
+            if f.field in ("stage3_prefetch_bucket_size", "prefetch_bucket_size", "")
+            and config.hf_auto_fraction(f.value)
+        ),
+        None,
+    )
+
+
+def _rejected_info(rej: Rejection) -> RejectedInfo:
+    return RejectedInfo(
+        model=rej.model,
+        kind=rej.kind,  # type: ignore[arg-type]
+        fields=[RejectedField(field=f.field, message=f.message, value=f.value) for f in rej.fields],
+    )
+
+
+def version_mismatch(scan: Scan, offload_configured: bool) -> Diagnosis | None:
+    version_rej = sorted(
+        ((r, keys) for r in scan.rejections if (keys := config.known_zero_keys(r))),
+        key=lambda rk: -len(rk[1]),
+    )
+    auto = [r for r in scan.rejections if _hf_auto(r) is not None]
+    if not (scan.version_errors or version_rej or auto):
+        return None
+    lines = list(scan.version_errors)
+    text = ""
+    rejected = None
+    if auto:
+        rej = max(auto, key=lambda r: len(r.fields))
+        value = _hf_auto(rej).value  # type: ignore[union-attr]
+        lines = [rej.line, *lines]
+        rejected = _rejected_info(rej)
+        text = (
+            f'DeepSpeed rejected stage3_prefetch_bucket_size = {value}: that is transformers\' "auto" value '
+            "(0.9 × hidden_size²), a fraction in transformers releases before 4.46, and DeepSpeed 0.15 or newer "
+            "accepts only integers. The installed transformers and DeepSpeed do not go together: upgrade "
+            'transformers, pin DeepSpeed below 0.15, or write an integer instead of "auto".'
+        )
+    if version_rej and not auto:
+        rej, keys = version_rej[0]
+        lines = [rej.line, *lines]
+        have = scan.facts.get("deepspeed_version")
+        text = (
+            f"DeepSpeed{' ' + str(have.value) if have else ''} rejects {', '.join(keys)} as unknown keys, "
+            "but DeepSpeed 0.19.8 defines them: the installed DeepSpeed is older than the config. "
+            "Upgrade DeepSpeed, or remove these keys."
+        )
+    if scan.version_errors:
+        text = (text + " " if text else "") + (
+            "The libraries installed together do not match: a version check failed (e.g. the CUDA toolkit "
+            "differs from the one torch was built with), or one library uses an API (an attribute, a keyword, "
+            "a module) that the installed release of another does not have. Align the versions the message "
+            "names (the releases the training framework pins)."
+        )
+    versions = ", ".join(
+        f"{name.replace('_version', '')} {scan.facts[name].value}"
+        for name in ("deepspeed_version", "torch_version", "cuda_version", "transformers_version")
+        if name in scan.facts
+    )
+    if versions:
+        text += f" The log states {versions}."
+    return Diagnosis(
+        cause="version_mismatch",
+        title="Version mismatch",
+        explanation=text,
+        evidence=evidence(lines),
+        line=min(line.number for line in lines),
+        rejected=rejected,
+    )
+
+
+def config_rejected(scan: Scan, offload_configured: bool) -> Diagnosis | None:
+    other_rej = [r for r in scan.rejections if not config.known_zero_keys(r) and _hf_auto(r) is None]
+    if not other_rej:
+        return None
+    rej = max(other_rej, key=lambda r: (len(r.fields), -r.line.number))
+    info = RejectedInfo(
+        model=rej.model,
+        kind=rej.kind,  # type: ignore[arg-type]
+        fields=[RejectedField(field=f.field, message=f.message, value=f.value) for f in rej.fields],
+    )
+    keys = ", ".join(f.field for f in rej.fields if f.field) or "a value"
+    if rej.kind == "hf_mismatch":
+        text = (
+            f"HF Trainer refused the DeepSpeed config: {keys} disagree with TrainingArguments. "
+            'Set these keys to "auto" so the Trainer fills them, or make them equal to the command line.'
+        )
+    else:
+        text = f"DeepSpeed's config parser ({rej.model}) rejected {keys}."
+    return Diagnosis(
+        cause="config_rejected",
+        title=f"Config rejected by {rej.model or 'DeepSpeed'}",
+        explanation=text,
+        evidence=evidence([rej.line]),
+        rejected=info,
+        line=min(r.line.number for r in other_rej),
+    )
+
+
+_OP_TEXT = "a DeepSpeed C++/CUDA op"
+
+
+def op_build(scan: Scan, offload_configured: bool) -> Diagnosis | None:
+    if not scan.build_errors:
+        return None
+    ops = sorted({str(e.value) for e in scan.build_errors if e.value})
+    named = ", ".join(ops) if ops else _OP_TEXT
+    versions = ", ".join(
+        f"{n.replace('_version', '')} {scan.facts[n].value}"
+        for n in ("deepspeed_version", "torch_version", "cuda_version")
+        if n in scan.facts
+    )
+    return Diagnosis(
+        cause="op_build",
+        title=f"DeepSpeed op failed to build or load ({named})",
+        explanation=(
+            f"DeepSpeed compiles its ops at first use (JIT, ninja) unless they were prebuilt: {named} could not "
+            "be compiled or loaded. The usual reasons are a CUDA toolkit (nvcc, CUDA_HOME) missing or different "
+            "from the one torch was built with, a missing compiler or ninja, or a stale build in "
+            "~/.cache/torch_extensions." + (f" The log states {versions}." if versions else "")
+        ),
+        evidence=evidence([e.line for e in scan.build_errors]),
+        line=scan.build_errors[0].line.number,
+    )
+
+
+def client_optimizer(scan: Scan, offload_configured: bool) -> Diagnosis | None:
+    if not scan.client_optimizer:
+        return None
+    return Diagnosis(
+        cause="client_optimizer_offload",
+        title="ZeRO-Offload refused a client optimizer",
+        explanation=(
+            "ZeRO-Offload runs the optimizer step on the CPU, and DeepSpeed refuses an optimizer built by the "
+            "script (a torch or transformers AdamW): only its DeepSpeedCPUAdam is fast there. Name the "
+            "optimizer in the DeepSpeed config, or allow the client optimizer explicitly."
+        ),
+        evidence=evidence(scan.client_optimizer),
+        line=scan.client_optimizer[0].number,
+    )

@@ -1,0 +1,133 @@
+"""Runs that stopped without a message naming why: a hang (stopped by hand, a py-spy dump, a barrier
+timeout, a log that ends in start-up), a failure placed by where it happened (signals.frames), and
+the unrecognised failure, which is never "no failure"."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from zerotune.diagnose.causes.evidence import evidence
+from zerotune.diagnose.records import LogLine, Scan
+from zerotune.diagnose.report import Cause as CauseName
+from zerotune.diagnose.report import (
+    Diagnosis,
+)
+from zerotune.diagnose.signals import frames
+
+_HANG_TEXT = {
+    "barrier_timeout": (
+        "The ranks never all arrived at the start-up rendezvous/store barrier: one rank is stuck before it "
+        "(loading, an op build waiting on a lock) or cannot reach the master address/port."
+    ),
+    "interrupted": "The job was stopped by hand (Ctrl-C / SIGINT) after it stopped making progress.",
+    "py_spy": "A py-spy (or faulthandler) dump of a stuck process: the frames show where it waits.",
+    "trace_cache": (
+        "ZeRO-3 invalidated its parameter-prefetch trace: the modules ran in another order than in the "
+        "previous step (data-dependent control flow, a loop whose length depends on the sample). Ranks that "
+        "take different paths issue different parameter gathers and wait on each other forever."
+    ),
+    "stopped_in_startup": (
+        "The log ends during start-up (the last lines load ops or initialise the process group) with no "
+        "step and no error after them: the job hung at init."
+    ),
+}
+
+
+def hang(scan: Scan, offload_configured: bool) -> Diagnosis | None:
+    hangs = scan.hangs
+    if any(c.kind == "timeout" for c in scan.collectives):
+        # a hang is a stop *without* a collective timeout: once the watchdog fired, the timeout is the
+        # failure, and a trace-cache warning or a py-spy dump before it only says where ranks waited
+        hangs = [e for e in hangs if e.kind == "barrier_timeout"]
+    if not hangs:
+        return None
+    kind = next(k for k in _HANG_TEXT if any(e.kind == k for e in hangs))
+    return Diagnosis(
+        cause="hang",
+        title="Job hung (no progress, no collective timeout)",
+        explanation=_HANG_TEXT[kind],
+        evidence=evidence([e.line for e in hangs]),
+        line=hangs[0].line.number,
+    )
+
+
+def stopped_in_startup(scan: Scan, offload_configured: bool) -> Diagnosis | None:
+    """A log with no failure at all whose last DeepSpeed lines are start-up lines: it hung at init."""
+    init = scan.init_line
+    if init is None or (scan.progress_line is not None and scan.progress_line.number > init.number):
+        return None
+    return Diagnosis(
+        cause="hang",
+        title="Job hung at start-up",
+        explanation=_HANG_TEXT["stopped_in_startup"]
+        + " If the run is still going (a long op build or model load), this is not a failure yet.",
+        evidence=evidence([init]),
+        line=init.number,
+    )
+
+
+LOCATED_TEXT: dict[str, str] = {
+    "op_build": "while torch compiled or loaded a DeepSpeed op (torch.utils.cpp_extension / op_builder)",
+    "nvme_aio": "in DeepSpeed's NVMe swapping (swap_tensor / async_io)",
+    "checkpoint": "while a checkpoint was saved, loaded or converted",
+    "zero3_param": "in ZeRO-3's parameter partitioning or gathering",
+    "config_rejected": "while DeepSpeed read its config",
+    "version_mismatch": "in a library's version or import check (an installed package of another release)",
+    "nccl_error": "in a collective (torch.distributed / deepspeed.comm)",
+}
+"""What the failure's place says, per family of signals.frames."""
+
+
+def located(cause: CauseName) -> Callable[[Scan, bool], Diagnosis | None]:
+    """A failed run no message explains, diagnosed by where it failed (signals.frames.located): the
+    module of its deepest traceback frame of a known family, else its exception type."""
+
+    def diagnose(scan: Scan, offload_configured: bool) -> Diagnosis | None:
+        where = frames.located(scan)
+        if where is None or where.kind != cause:
+            return None
+        lines = [where.line] + scan.exceptions[:1]
+        by = {"exception": "exception type", "raised": "raise site"}.get(str(where.value), "traceback frame")
+        return Diagnosis(
+            cause=cause,
+            title=f"Failure located {LOCATED_TEXT[cause].split(' (')[0]}",
+            explanation=(
+                f"No message in the log names the failure, but its {by} places it {LOCATED_TEXT[cause]}. "
+                "The evidence shows that line (and the first exception, when the log has one); the fix is that "
+                "cause's usual one."
+            ),
+            evidence=evidence(sorted(lines, key=lambda line: line.number)),
+            line=where.line.number,
+        )
+
+    return diagnose
+
+
+def unclassified(scan: Scan, offload_configured: bool) -> Diagnosis | None:
+    """A failed run nothing above explains: an exception, a non-zero exit, a kill. Never "no failure"."""
+    failed = [k.line for k in scan.kills] + [e.line for e in scan.exits]
+    if not (scan.tracebacks or scan.exceptions or failed):
+        return None
+    decisive: list[LogLine] = []
+    if scan.exceptions:
+        decisive.append(scan.exceptions[0])
+        if scan.last_exception is not None:
+            decisive.append(scan.last_exception)
+    decisive += sorted(failed, key=lambda line: line.number)[:2]
+    first = min(line.number for line in decisive) if decisive else None
+    if scan.exceptions:
+        what = f"the exception is {scan.exceptions[0].text.strip()[:200]!r}"
+    elif failed:
+        what = "a process exited with an error without a Python traceback in the log"
+    else:
+        what = "the log has a Python traceback but not its exception line"
+    return Diagnosis(
+        cause="unclassified",
+        title="Failure not recognised",
+        explanation=(
+            f"The run failed but zerotune does not recognise why: {what}. The lines that look decisive are "
+            "shown (the first exception is usually the cause, later ones its consequences)."
+        ),
+        evidence=evidence(sorted(decisive, key=lambda line: line.number)),
+        line=first,
+    )

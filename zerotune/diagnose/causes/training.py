@@ -1,0 +1,197 @@
+"""Causes in the training itself: fp16 loss scaling, checkpoints, ZeRO-3 parameters used outside the
+engine, a slow step (wall_clock_breakdown)."""
+
+from __future__ import annotations
+
+from zerotune.diagnose.causes.evidence import evidence
+from zerotune.diagnose.records import Scan
+from zerotune.diagnose.report import (
+    Diagnosis,
+)
+
+MIN_LOSS_SCALE = 1.0
+"""DeepSpeed's default fp16 `min_loss_scale` (deepspeed/runtime/precision_config.py at 0.19.8): a
+dynamic scale reduced to it cannot go lower, so the next overflow ends the run."""
+
+
+def _bf16_configured(scan: Scan) -> bool:
+    precision = str(scan.facts["precision"].value).lower() if "precision" in scan.facts else ""
+    printed = scan.ds_print.get("bfloat16_enabled", ("", None))[0]
+    dumped = isinstance(scan.config, dict) and isinstance(scan.config.get("bf16"), dict)
+    return (
+        precision in ("bfloat16", "bf16")
+        or printed == "True"
+        or (
+            dumped and scan.config["bf16"].get("enabled") in (True, "true")  # type: ignore[index]
+        )
+    )
+
+
+def fp16_overflow(scan: Scan, offload_configured: bool) -> Diagnosis | None:
+    at_min = [e for e in scan.fp16 if e.kind == "at_minimum"]
+    nan = [e for e in scan.fp16 if e.kind == "nan_loss"]
+    floor = [
+        e
+        for e in scan.fp16
+        if e.kind == "overflow" and e.value is not None and float(e.value) <= MIN_LOSS_SCALE
+    ]
+    if _bf16_configured(scan):
+        nan = []  # a NaN loss under bf16 is not a loss-scale failure
+    if not (at_min or nan or floor):
+        return None
+    events = at_min + floor + nan
+    parts = []
+    if at_min:
+        parts.append("the loss scale reached its minimum and DeepSpeed stopped the run")
+    if floor:
+        parts.append(f"the dynamic loss scale was driven down to {float(floor[0].value):g}")  # type: ignore[arg-type]
+    if nan:
+        parts.append(f"the loss became {nan[0].value}")
+    overflow = (
+        f" {scan.fp16_overflows} overflow/skipped-step messages in the log." if scan.fp16_overflows else ""
+    )
+    return Diagnosis(
+        cause="fp16_overflow",
+        title="fp16 loss scale exhausted (overflow)",
+        explanation=(
+            f"Under fp16 {' and '.join(parts)}: gradients overflow fp16's range (max 65504) at every loss "
+            "scale, so each step is skipped."
+            + overflow
+            + " bf16 has fp32's exponent range and needs no loss "
+            "scaling; models pre-trained in bf16 often overflow in fp16."
+        ),
+        evidence=evidence([e.line for e in sorted(events, key=lambda e: e.line.number)]),
+        line=min(e.line.number for e in events),
+    )
+
+
+def fp16_overflow_seen(scan: Scan, offload_configured: bool) -> Diagnosis | None:
+    """Overflow (skipped-step) messages only, the scale still above its floor: normal while the scaler
+    calibrates at the start of an fp16 run, a cause when nothing else in the log explains the problem."""
+    overflows = [e for e in scan.fp16 if e.kind == "overflow"]
+    if not overflows or fp16_overflow(scan, offload_configured) is not None:
+        return None
+    lowest = min((float(e.value) for e in overflows if e.value is not None), default=None)  # type: ignore[arg-type]
+    scale = f", the scale down to {lowest:g}" if lowest is not None else ""
+    return Diagnosis(
+        cause="fp16_overflow",
+        title="fp16 overflow: steps skipped",
+        explanation=(
+            f"{scan.fp16_overflows} fp16 overflow message(s){scale}: the step is skipped and the loss scale halved. "
+            "A few at the start of a run are the scaler calibrating; overflows that keep coming mean the "
+            "gradients overflow fp16's range, which bf16 does not have."
+        ),
+        evidence=evidence([e.line for e in overflows]),
+        line=overflows[0].line.number,
+    )
+
+
+_CHECKPOINT_TEXT = {
+    "resume_world_size": (
+        "The checkpoint was saved at another data-parallel world size ({value}): ZeRO's optimizer state is "
+        "partitioned per rank and cannot be loaded at a different size as is."
+    ),
+    "empty_weights_saved": (
+        "The saved weights are empty (torch.Size([0])): the model was saved under ZeRO-3 without gathering "
+        "its partitioned parameters, so each tensor in the file is a rank's empty placeholder."
+    ),
+    "not_gathered_on_save": (
+        "Under ZeRO-3 the 16-bit model is saved only when stage3_gather_16bit_weights_on_model_save is true: "
+        "otherwise nothing (or empty tensors) is written."
+    ),
+    "universal": "Loading or converting a universal checkpoint failed.",
+    "convert": (
+        "Converting the ZeRO checkpoint (zero_to_fp32) failed: the per-rank files of one save are "
+        "incomplete, mixed with another save, or from another layout."
+    ),
+    "files_missing": "A ZeRO checkpoint file (per-rank model or optimizer states) is missing.",
+    "unreadable": (
+        "A saved model file cannot be read back: it is not a complete weight file (under ZeRO-3 a model "
+        "saved without gathering its parameters, or a save cut short)."
+    ),
+    "exception": "An exception was raised while saving or loading a checkpoint.",
+}
+
+
+def checkpoint(scan: Scan, offload_configured: bool) -> Diagnosis | None:
+    if not scan.checkpoint_errors:
+        return None
+    kinds = {e.kind: e for e in scan.checkpoint_errors}
+    main = next(kinds[k] for k in _CHECKPOINT_TEXT if k in kinds)
+    return Diagnosis(
+        cause="checkpoint",
+        title="Checkpoint save/load failed",
+        explanation=_CHECKPOINT_TEXT[main.kind].format(value=main.value),
+        evidence=evidence([e.line for e in scan.checkpoint_errors]),
+        line=scan.checkpoint_errors[0].line.number,
+    )
+
+
+def zero3_param(scan: Scan, offload_configured: bool) -> Diagnosis | None:
+    if not scan.zero3_errors:
+        return None
+    return Diagnosis(
+        cause="zero3_param",
+        title="ZeRO-3 partitioned parameter used outside the engine",
+        explanation=(
+            "Under ZeRO-3 each parameter is partitioned: outside the engine's forward it is an empty tensor "
+            "(shape [0]) whose shard lives in ds_tensor. Code that reads or changes a parameter directly (an "
+            "embedding resize after init, a state_dict loaded into the model, a separate reference model, "
+            "a metric on the weights) sees the empty tensor."
+        ),
+        evidence=evidence([e.line for e in scan.zero3_errors]),
+        line=scan.zero3_errors[0].line.number,
+    )
+
+
+SLOW_SHARE = 0.20
+"""A timer outside the model's compute (the exposed gradient all-reduce, the optimizer step, the
+post-step all-gather) that adds this share on top of the compute (forward + backward compute) is
+called out as "slow". A judgement threshold, not a measured constant: below it the step is
+dominated by compute and the ZeRO knobs have little to gain."""
+
+
+def slow_share(scan: Scan) -> tuple[str, float, float] | None:
+    """(timer, its mean ms, its share of the compute) for the exposed-communication or optimizer
+    timer over SLOW_SHARE of the mean compute (fwd + bwd_inner) in wall_clock_breakdown lines."""
+    mean = {name: acc[0] / acc[1] for name, acc in scan.breakdown.items() if acc[1]}
+    total = mean.get("fwd", 0.0) + mean.get("bwd_inner", mean.get("bwd", 0.0))
+    if total <= 0:
+        return None
+    best = None
+    for name in ("bwd_allreduce", "step", "optimizer_allgather", "optimizer_step"):
+        if name in mean and mean[name] / total >= SLOW_SHARE:
+            share = mean[name] / total
+            if best is None or share > best[2]:
+                best = (name, mean[name], share)
+    return best
+
+
+_SLOW_TIMER_TEXT = {
+    "bwd_allreduce": "the gradient all-reduce after the backward pass is exposed (not overlapped)",
+    "step": "the optimizer step",
+    "optimizer_allgather": "the post-step parameter all-gather",
+    "optimizer_step": "the optimizer step",
+}
+
+
+def slow(scan: Scan, offload_configured: bool) -> Diagnosis | None:
+    slow = slow_share(scan)
+    if slow is None:
+        return None
+    name, ms, share = slow
+    text = (
+        f"{_SLOW_TIMER_TEXT[name]}: {ms:.0f} ms per step, {share:.0%} on top of the forward and backward "
+        "compute (wall_clock_breakdown)."
+    )
+    if name == "bwd_allreduce":
+        text += " overlap_comm, larger reduce buckets or fewer gradient-accumulation boundaries hide it."
+    elif scan.offload_hints or offload_configured:
+        text += " Under optimizer offload this is the CPU Adam step: more CPU cores per rank or NVMe/partial offload."
+    return Diagnosis(
+        cause="slow",
+        title="Slow step",
+        explanation=text,
+        evidence=evidence([scan.breakdown_line] if scan.breakdown_line else []),
+        line=scan.breakdown_line.number if scan.breakdown_line else None,
+    )

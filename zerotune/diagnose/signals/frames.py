@@ -1,0 +1,149 @@
+"""Where a failure happened, for the failures no message names: the family of the code in each
+traceback frame (the module path and function), and of the exception type.
+
+A failure's message varies with versions and wrappers, and logs are often cut (the exception line
+lost, a notebook or rich traceback instead of Python's), but the code it fails in does not: a frame in
+torch's cpp_extension is an op build, one in DeepSpeed's swap_tensor an NVMe swap, one under
+load_checkpoint a checkpoint. diagnose reads these only as a fallback (zerotune.diagnose.causes), when
+no message-specific signal explains a failed run.
+
+Frame formats: Python's `File "PATH", line N, in FUNC`; rich's boxed `PATH:N in FUNC`; IPython's
+`PATH in FUNC(ARGS)`. The launcher's own frames (torch/distributed/run.py, elastic/) are in every
+torchrun failure whatever its cause, so they name no family.
+"""
+
+from __future__ import annotations
+
+import re
+
+from zerotune.diagnose.records import Event, LogLine, Scan
+from zerotune.diagnose.signals.process import EXCEPTION_LINE
+from zerotune.diagnose.signals.signal import Hit, Signal
+
+_FRAME = re.compile(
+    r'File "(?P<path>[^"]+)", line \d+, in (?P<func>[\w<>.]+)'  # Python
+    r"|(?P<rpath>\S+\.py):\d+ in (?P<rfunc>[\w<>.]+)"  # rich
+    r"|(?P<npath>\S+\.py) in (?P<nfunc>[\w<>.]+)\("  # IPython
+)
+
+CHECKPOINT_FUNCTIONS = (
+    r"load_checkpoint|_load_checkpoint|_load_zero_checkpoint|save_checkpoint|_save_checkpoint"
+    r"|_save_zero_checkpoint|save_16bit_model|_load_from_checkpoint|load_state_dict_from_zero_checkpoint"
+    r"|_load_optimizer_and_scheduler|_load_rng_state|get_fp32_state_dict_from_zero_checkpoint"
+    r"|convert_zero_checkpoint_to_fp32_state_dict"
+)
+"""DeepSpeed's engine and zero_to_fp32 (0.19.8) and transformers' Trainer functions that save or load."""
+
+FAMILIES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
+    (cause, re.compile(pattern))
+    for cause, pattern in (
+        ("op_build", r"torch/utils/cpp_extension\.py|deepspeed/ops/op_builder/"),
+        ("nvme_aio", r"deepspeed/runtime/swap_tensor/|deepspeed/ops/aio/|deepspeed/nvme/"),
+        (
+            "checkpoint",
+            r"deepspeed/checkpoint/|checkpoint_engine/|zero_to_fp32\.py|ds_to_universal\.py|torch/serialization\.py"
+            r"|safetensors/|\s(?:" + CHECKPOINT_FUNCTIONS + r")$",
+        ),
+        (
+            "zero3_param",
+            r"deepspeed/runtime/zero/(?:partition_parameters|partitioned_param_coordinator|parameter_offload"
+            r"|mics)\.py",
+        ),
+        ("config_rejected", r"deepspeed/runtime/(?:zero/)?config(?:_utils)?\.py|pydantic/"),
+        (
+            "version_mismatch",
+            r"transformers/utils/versions\.py|transformers/utils/import_utils\.py|importlib/metadata|pkg_resources/",
+        ),
+        ("nccl_error", r"torch/distributed/distributed_c10d\.py|deepspeed/comm/"),
+    )
+)
+"""(cause, the frame `PATH FUNC` it shows), most specific first: a frame of a DeepSpeed module that does
+one thing. deepspeed/runtime/zero/stage3.py and engine.py are left out: every ZeRO failure passes them."""
+
+RAISED_IN: tuple[tuple[str, re.Pattern[str]], ...] = (
+    (
+        "config_rejected",
+        re.compile(
+            r"accelerate/accelerator\.py _prepare_deepspeed$|accelerate/utils/deepspeed\.py "
+            r"|transformers/integrations/deepspeed\.py (?:trainer_config_process|trainer_config_finalize|fill_match)$"
+        ),
+    ),
+)
+"""(cause, the frame `PATH FUNC`) of code whose own raise is that cause, though a failure deeper under it
+is not: accelerate's and transformers' DeepSpeed integrations check the config before they call
+deepspeed.initialize (accelerate/accelerator.py `_prepare_deepspeed`, transformers/integrations/
+deepspeed.py `trainer_config_finalize`), so they count only as the last frame before the exception."""
+
+EXCEPTION_FAMILIES: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("nccl_error", re.compile(r"DistBackendError|DistNetworkError|NCCL")),
+    ("checkpoint", re.compile(r"UnpicklingError|SafetensorError")),
+    ("version_mismatch", re.compile(r"^\s*(?:[\w.]+\.)?(?:ModuleNotFoundError|ImportError)\b")),
+)
+"""(cause, the exception line it shows) when no frame names a family."""
+
+
+def _where(text: str) -> str | None:
+    """`PATH FUNC` of a traceback frame line, or None."""
+    m = _FRAME.search(text)
+    if m is None:
+        return None
+    path = (m.group("path") or m.group("rpath") or m.group("npath")).replace("\\", "/")
+    return f"{path} {m.group('func') or m.group('rfunc') or m.group('nfunc')}"
+
+
+def frame_family(text: str, families: tuple[tuple[str, re.Pattern[str]], ...] = FAMILIES) -> str | None:
+    """The cause family of a traceback frame line, or None (not a frame, or code of no family)."""
+    where = _where(text)
+    if where is None:
+        return None
+    return next((cause for cause, pattern in families if pattern.search(where)), None)
+
+
+def _frame(hit: Hit) -> None:
+    if _where(hit.line.text) is None:
+        return
+    s = hit.scan
+    s.last_frame = hit.line
+    cause = frame_family(hit.line.text)
+    if cause is not None:
+        s.add(s.frame_causes, Event(hit.line, cause, "frame"))
+        s.last_frame_cause = Event(hit.line, cause, "frame")
+
+
+def _exception(hit: Hit) -> None:
+    if EXCEPTION_LINE.match(hit.line.text):
+        s = hit.scan
+        raised = frame_family(s.last_frame.text, RAISED_IN) if s.last_frame is not None else None
+        if raised is not None:
+            s.add(s.frame_causes, Event(hit.line, raised, "raised"))
+            return
+        for cause, pattern in EXCEPTION_FAMILIES:
+            if pattern.search(hit.line.text):
+                hit.scan.add(hit.scan.frame_causes, Event(hit.line, cause, "exception"))
+                return
+
+
+def located(scan: Scan) -> Event | None:
+    """The family of the failure: the first exception raised in code of a family (RAISED_IN), else the
+    deepest family frame before the first exception line (its stack), else the last family frame in
+    the log (a traceback cut before its exception line), else the first exception of a family."""
+    first: LogLine | None = scan.exceptions[0] if scan.exceptions else None
+    raised = [e for e in scan.frame_causes if e.value == "raised" and first is not None and e.line == first]
+    if raised:
+        return raised[0]
+    frames = [e for e in scan.frame_causes if e.value == "frame"]
+    if scan.last_frame_cause is not None and scan.last_frame_cause not in frames:
+        frames.append(scan.last_frame_cause)
+    if frames:
+        before = [e for e in frames if first is None or e.line.number < first.number]
+        return before[-1] if before else frames[-1]
+    return next((e for e in scan.frame_causes if e.value == "exception"), None)
+
+
+SIGNALS = (
+    Signal(
+        "frame_causes",
+        (rb'File "', rb"\.py:\d+ in \w", rb"\.py in \w+\(", rb"Error:", rb"Exception:"),
+        (_frame, _exception),
+    ),
+)
