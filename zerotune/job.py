@@ -225,10 +225,10 @@ def _option_notes(options: dict[str, Any], base: Workload, spec: ModelSpec, chec
         )
     if spec.num_experts > 1 and (options.get("moe_impl") or base.moe_impl) == "loop":
         notes.append(
-            "--moe-impl loop: the per-expert loop's cost is not modelled (expert GEMMs at the dense rate). "
-            "A 2.5x slower expert FLOP rate (huggingface/transformers#27915: dMoE made Mixtral training 2-3x "
-            "faster) made the published DeepCompile Mixtral runs, which use the loop, worse (29.1% vs 28.8% "
-            "MAPE), so it is left out until a per-expert cost is measured"
+            "--moe-impl loop: the loop's host syncs (.nonzero / torch.where per expert) are modelled, so each "
+            "MoE block's host work adds to its kernels (zerotune/model/step.py synced_blocks); its expert GEMMs "
+            "run at the dense rate (a 2.5x slower expert rate from huggingface/transformers#27915 made the "
+            "published DeepCompile Mixtral runs worse, so none is applied)"
         )
     return notes
 

@@ -229,6 +229,17 @@ ATTENTION_KERNEL_FRACTION: dict[str, tuple[float, str]] = {
 counts a causal kernel's FLOPs as the unmasked half (its benchmark divides by 2 with causal=True), the
 same convention as `executed_attention_flops`."""
 
+FA3_KERNEL_FRACTION: dict[str, tuple[float, str]] = {
+    "9.0": (
+        1.5 * 335 / 989.4,
+        "H100 SXM: FlashAttention-3 runs 1.5-2.0x FlashAttention-2's speed in FP16/BF16, forward up to 740 "
+        "TFLOP/s (Shah et al. 2024, arXiv 2407.08608, abstract and §4.1): the low end, 1.5 x FA2's 335 "
+        "TFLOP/s forward+backward (the backward, 2.5 of the 3.5 FLOPs, gains least)",
+    ),
+}
+"""Achieved/peak of FlashAttention-3 (HF `attn_implementation="flash_attention_3"`): its kernels use Hopper's
+wgmma/TMA, so only sm90 has a rate of its own; elsewhere it runs FlashAttention-2's figure."""
+
 CAUSAL_FRACTION = 0.5
 """Share of the s x s score and A.V products a causal flash kernel computes: the blocks above the
 diagonal are skipped (FlashAttention-2 §3.1.1, "causal masking"); eager attention computes them all
@@ -245,12 +256,14 @@ def executed_attention_share(model: ModelSpec, attention: str) -> float:
 
 def attention_flops_rate(hardware: HardwareProfile, precision: str, attention: str) -> tuple[float, str] | None:
     """FLOP/s of the attention kernel itself (flash, SDPA), from FlashAttention-2's published figures
-    for the GPU generation; None where none is published (eager attention runs as GEMMs; older GPUs,
+    for the GPU generation (FlashAttention-3's for flash3 on Hopper); None where none is published (eager attention runs as GEMMs; older GPUs,
     CPU hosts): the GEMM rate applies."""
     gpu = hardware.gpu
     if attention == "eager" or gpu is None or not gpu.compute_capability or precision not in ("bf16", "fp16"):
         return None
-    entry = ATTENTION_KERNEL_FRACTION.get(gpu.compute_capability)
+    entry = (FA3_KERNEL_FRACTION.get(gpu.compute_capability) if attention == "flash3" else None) or (
+        ATTENTION_KERNEL_FRACTION.get(gpu.compute_capability)
+    )
     peak = gpu.peak_flops(precision)
     if entry is None or not peak:
         return None

@@ -173,10 +173,27 @@ def _compute_times(prep: Prepared, workload: Workload, hardware: HardwareProfile
     return value
 
 
-def _hooked(times: tuple[float, ...], host: tuple[float, ...], serial: bool, on: bool) -> tuple[float, ...]:
+def _hooked(
+    times: tuple[float, ...], host: tuple[float, ...], serial: bool | tuple[bool, ...], on: bool
+) -> tuple[float, ...]:
     if not on or not any(host):
         return times
-    return tuple(layer_seconds(t, h, serial) for t, h in zip(times, host, strict=True))
+    flags = serial if isinstance(serial, tuple) else (serial,) * len(times)
+    return tuple(layer_seconds(t, h, f) for t, h, f in zip(times, host, flags, strict=True))
+
+
+def synced_blocks(prep: Prepared, workload: Workload, hardware: HardwareProfile) -> tuple[bool, ...]:
+    """Per layer: does its forward wait for the device, so its host work cannot run ahead of its kernels?
+
+    HF transformers' sparse-MoE expert loop (`moe_impl: loop`; e.g. MixtralSparseMoeBlock.forward) asks
+    which experts were hit with `.nonzero()` and, per hit expert, which tokens with a one-argument
+    `torch.where`: both return shapes only the device knows, so the host blocks until the queue drains,
+    E + 1 times per MoE block forward. The block's host work (its launches, stage 3's hooks) then adds to
+    its kernels instead of hiding under them (`layer_seconds` serial), as on a CPU host. Backward replays
+    autograd's saved indices without syncing; only a recomputed forward (activation checkpointing)
+    syncs again."""
+    loop = hardware.has_gpus and prep.model.num_experts > 1 and workload.moe_impl == "loop"
+    return tuple(loop and layer.is_block for layer in prep.layers)
 
 
 _OVERHEADS: dict[tuple, tuple] = {}
@@ -233,8 +250,10 @@ def predict_step(
     # the block's own Python and launches (every stage), plus stage 3's hooks, all on the host thread
     recompute = 2.0 if workload.activation_checkpointing else 1.0
     hooks = oh.module_hook_s if stage == 3 else (0.0,) * len(fwd_s)
-    fwd_r = _hooked(fwd_s, tuple(a + b for a, b in zip(oh.launch_s, hooks, strict=True)), serial, True)
-    bwd_r = _hooked(bwd_s, tuple(recompute * a + b for a, b in zip(oh.launch_s, hooks, strict=True)), serial, True)
+    synced = tuple(serial or x for x in synced_blocks(prep, workload, hardware))
+    bwd_synced = synced if workload.activation_checkpointing else serial
+    fwd_r = _hooked(fwd_s, tuple(a + b for a, b in zip(oh.launch_s, hooks, strict=True)), synced, True)
+    bwd_r = _hooked(bwd_s, tuple(recompute * a + b for a, b in zip(oh.launch_s, hooks, strict=True)), bwd_synced, True)
     bwd_r = _hooked(bwd_r, oh.grad_hook_s, serial, stage == 2 or (stage == 1 and zero.overlap_comm))
     plain_busy = sum(fwd_r) + sum(bwd_r if stage in (2, 3) else _hooked(bwd_s, tuple(recompute * a for a in oh.launch_s), serial, True))
     elem = DTYPE_BYTES[workload.precision]

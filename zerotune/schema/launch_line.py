@@ -29,11 +29,12 @@ from zerotune.errors import InputError
 
 ATTENTION = {
     "flash_attention_2": "flash",
-    "flash_attention_3": "flash",
+    "flash_attention_3": "flash3",
     "sdpa": "sdpa",
     "eager": "eager",
 }
-"""HF `attn_implementation` values -> zerotune's attention kernels (flash-attention 3 keeps what 2 keeps)."""
+"""HF `attn_implementation` values -> zerotune's attention kernels (flash-attention 3 keeps what 2 keeps in
+memory; its Hopper kernel runs faster: zerotune/model/compute.py FA3_KERNEL_FRACTION)."""
 
 OPTIM = {
     "adamw_torch": "adamw",
