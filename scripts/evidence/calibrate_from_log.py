@@ -40,7 +40,8 @@ from published import (  # noqa: E402
     run_workload,
 )
 
-from zerotune.calibrate.from_log import Observation, fit_logs, predict, predict_peak  # noqa: E402
+from zerotune.calibrate.from_log import fit_logs  # noqa: E402
+from zerotune.calibrate.observation import Observation, predict, predict_peak  # noqa: E402
 from zerotune.diagnose.measure import Figure, Measured  # noqa: E402
 from zerotune.dsconfig.settings import resolve  # noqa: E402
 

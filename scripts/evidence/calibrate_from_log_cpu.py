@@ -31,7 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from accuracy import SETS, WIDTH_SCALE, load_held_out, measure  # noqa: E402
 
-from zerotune.calibrate.from_log import Observation, fit_logs  # noqa: E402
+from zerotune.calibrate.from_log import fit_logs  # noqa: E402
+from zerotune.calibrate.observation import Observation  # noqa: E402
 from zerotune.calibrate.stepmodel import predict_run, proxy_workload  # noqa: E402
 from zerotune.catalog.hardware import dump_profile, load_profile  # noqa: E402
 from zerotune.diagnose.measure import from_scan  # noqa: E402

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from zerotune.calibrate.from_log import Observation, fit_logs, predict, predict_peak, with_flops
+from zerotune.calibrate.from_log import fit_logs
+from zerotune.calibrate.log_terms import with_flops
+from zerotune.calibrate.observation import Observation, predict, predict_peak
 from zerotune.catalog.hardware import inputs_provenance, load_profile
 from zerotune.catalog.models import load_model
 from zerotune.diagnose.measure import Figure, Measured, from_scan, parse_measured

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from zerotune.calibrate.from_log import Observation
+from zerotune.calibrate.observation import Observation
 from zerotune.diagnose import explain
 from zerotune.diagnose.analyse import Options, read_job
 from zerotune.diagnose.measure import Measured, from_scan
