@@ -11,14 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from zerotune.catalog.hardware import (
-    default_profile,
-    inputs_provenance,
-    load_profile,
-    with_counts,
-    with_live_host_ram,
-)
+from zerotune.catalog.hardware import default_profile, load_profile, with_counts, with_live_host_ram
 from zerotune.catalog.models import adhoc_model, default_seq_len, load_model, position_warning, shape_note
+from zerotune.catalog.trust import inputs_provenance
 from zerotune.dsconfig.settings import ResolvedConfig, resolve
 from zerotune.errors import InputError
 from zerotune.model.fit import Verdict, fits

@@ -13,12 +13,10 @@ from zerotune.catalog.hardware import (
     calibrated_cache_path,
     default_profile,
     dump_profile,
-    inputs_provenance,
     load_profile,
-    number_source,
     probe_cache_path,
-    provenance,
 )
+from zerotune.catalog.trust import inputs_provenance, number_source, provenance
 from zerotune.schema.hardware import CalibratedValue, Calibration
 
 

@@ -278,7 +278,7 @@ def test_host_ram_of_this_hosts_probe_is_read_when_the_command_runs() -> None:
 
 
 def test_expected_error_is_quoted_with_the_profile() -> None:
-    from zerotune.catalog.hardware import PROBE_ONLY_ERROR_PCT, expected_error, provenance
+    from zerotune.catalog.trust import PROBE_ONLY_ERROR_PCT, expected_error, provenance
 
     runs, names, core = synthetic_runs()
     result = fit(runs, _with_memory(), names=names, predictor=stub(core))

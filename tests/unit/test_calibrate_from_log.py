@@ -11,8 +11,9 @@ import pytest
 from zerotune.calibrate.from_log import fit_logs
 from zerotune.calibrate.log_terms import with_flops
 from zerotune.calibrate.observation import Observation, predict, predict_peak
-from zerotune.catalog.hardware import inputs_provenance, load_profile
+from zerotune.catalog.hardware import load_profile
 from zerotune.catalog.models import load_model
+from zerotune.catalog.trust import inputs_provenance
 from zerotune.diagnose.measure import Figure, Measured, from_scan, parse_measured
 from zerotune.diagnose.scan import scan_stream
 from zerotune.dsconfig.settings import resolve

@@ -371,7 +371,8 @@ def test_with_counts_refuses_zero(counts: dict[str, int]) -> None:
 
 def test_overheads_provenance_names_published_fits_and_missing_terms() -> None:
     from tests.conftest import cpu_probe_profile
-    from zerotune.catalog.hardware import inputs_provenance, load_profile
+    from zerotune.catalog.hardware import load_profile
+    from zerotune.catalog.trust import inputs_provenance
 
     assert "DeepSpeed overheads fitted on published runs (3 of 6 terms)" in inputs_provenance(
         load_profile("dgx-h100"), "bf16"

@@ -178,7 +178,8 @@ def test_same_box_rows_replace_the_catalog_compute_rate_and_bandwidth() -> None:
 
 def test_catalog_error_band_is_the_recorded_held_out_mape() -> None:
     """What predict/recommend tell a user of a catalog profile is the suite's held-out error."""
-    from zerotune.catalog.hardware import CATALOG_ERROR_PCT, load_profile, provenance
+    from zerotune.catalog.hardware import load_profile
+    from zerotune.catalog.trust import CATALOG_ERROR_PCT, provenance
 
     loso = json.loads((published.REPO / "data" / "evidence" / "loso.json").read_text())
     assert abs(CATALOG_ERROR_PCT - loso["overall"]["throughput_mape"]) <= 1.0

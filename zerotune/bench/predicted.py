@@ -116,7 +116,7 @@ def _predict_step(result: BenchResult, hardware: Any) -> Prediction:
         )
         for c in getattr(estimate, "collectives", ())
     ]
-    from zerotune.catalog.hardware import expected_error, provenance
+    from zerotune.catalog.trust import expected_error, provenance
 
     band = expected_error(hardware)
     return Prediction(

@@ -129,7 +129,7 @@ class Prediction(_Model):
         None, description="calibrated (date) or probe-only with its expected error band"
     )
     expected_error_pct: float | None = Field(
-        None, description="the profile's expected step-time error, percent (catalog/hardware.py expected_error)"
+        None, description="the profile's expected step-time error, percent (catalog/trust.py expected_error)"
     )
     peak_memory_bytes: int | None = Field(
         None, description="zerotune.model.memory's per-GPU peak for the proxy (no margin)"

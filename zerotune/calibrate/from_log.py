@@ -39,7 +39,7 @@ from datetime import datetime, timezone
 
 from zerotune.calibrate.log_terms import fit_comm, fit_compute, fit_memory, fit_optimizer, fit_scale
 from zerotune.calibrate.observation import Observation, pct, predict, predict_peak
-from zerotune.catalog.hardware import expected_error
+from zerotune.catalog.trust import expected_error
 from zerotune.schema.hardware import CalibratedValue, Calibration, HardwareProfile
 from zerotune.units import GiB
 

@@ -193,7 +193,7 @@ def report(out: Console, job: Job, memory: MemoryEstimate, estimate: StepEstimat
     out.print(memory_breakdown_table(memory, title=f"memory per GPU, fits with a {verdict.margin:.0%} margin?"))
     for line in verdict_lines(verdict):
         out.print(line, markup=False, style="bold" if line.startswith("does NOT") else None)
-    from zerotune.catalog.hardware import expected_error
+    from zerotune.catalog.trust import expected_error
 
     band = expected_error(job.hardware)
     expected = f"+-{band[0]:.0f}% expected" if band else ""  # where it comes from: the profile notice

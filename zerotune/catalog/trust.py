@@ -1,0 +1,108 @@
+"""How far to trust a hardware profile's numbers: where each comes from (catalog datasheet, probe,
+calibration, the user's own run) and the step-time error the evidence suites measured for each kind of
+profile, which predict, recommend and bench quote."""
+
+from __future__ import annotations
+
+from zerotune.schema.hardware import HardwareProfile
+
+PROBE_ONLY_ERROR_PCT = 20.0
+"""Expected step-time error of a prediction from a probed but uncalibrated profile: the probe-only
+MAPE of `scripts/evidence/accuracy.py` (17 held-out configs, 2 gloo ranks on this project's 2-core CPU testbed):
+19.3%, 19.3%, 18.3%, 20.9%, 26.3%, 20.3%, 30.4% and 26.1% in the idle-machine runs of 2026-11-23
+once the probe measured host memory rates, median 20.6% (docs/accuracy.md). The probe's microbenchmarks
+miss DeepSpeed's per-step, per-hook and optimizer-step costs; `zerotune calibrate` measures them
+(4.0-8.5% held-out)."""
+
+CATALOG_ERROR_PCT = 31.7
+"""Expected step-time error of a prediction from a catalog (datasheet) GPU profile: the throughput MAPE
+of every published source predicted leave-one-source-out (scripts/evidence/loso.py, data/evidence/loso.json
+"overall"; checked by tests/unit/test_published.py). Each prediction also states its own category's band
+(zerotune/model/band.py)."""
+
+
+def expected_error(profile: HardwareProfile) -> tuple[float, str] | None:
+    """(expected step-time error in percent, how it is known) of predictions from this profile: the
+    calibration's own self-check, else the probe-only or catalog error of the evidence suites; None
+    for a calibration made before the self-check existed."""
+    if profile.calibration is not None:
+        pct = profile.calibration.expected_error_pct
+        return (pct, "the calibration's self-check") if pct is not None else None
+    if profile.origin == "probe":
+        return PROBE_ONLY_ERROR_PCT, "probe-only, scripts/evidence/accuracy.py"
+    return CATALOG_ERROR_PCT, "catalog profile, leave-one-source-out: scripts/evidence/loso.py"
+
+
+def provenance(profile: HardwareProfile) -> str:
+    """One phrase: where the profile's numbers come from and the expected error band."""
+    if profile.calibration is not None:
+        band = profile.calibration.expected_error_pct
+        checked = f", expected step-time error +-{band:.0f}% (its self-check)" if band is not None else ""
+        return f"calibrated {profile.calibration.created[:10]}, {len(profile.calibration.values)} numbers fitted{checked}"
+    if profile.origin == "probe":
+        return (
+            f"measured by probe {(profile.created or '')[:10]}, not calibrated: step times may be off by "
+            f"~{PROBE_ONLY_ERROR_PCT:.0f}%; run `zerotune calibrate`"
+        )
+    return (
+        "datasheet numbers and assumed efficiencies, not measured here: on published runs step times were "
+        f"off by ~{CATALOG_ERROR_PCT:.0f}%"
+    )
+
+
+def number_source(profile: HardwareProfile, path: str) -> str:
+    """'from your run (LOG)', 'calibrated', 'measured' or 'assumed' for one dotted profile path (e.g.
+    compute.achieved_flops.fp32): a value `calibrate --from-log` measured on the user's own run names it."""
+    if profile.calibration is not None:
+        for v in profile.calibration.values:
+            if v.path == path or v.path.startswith(path + " ") or v.path.startswith(path + "["):
+                return f"from your run ({v.source})" if v.source else "calibrated"
+    return "measured" if profile.origin == "probe" else "assumed"
+
+
+def inputs_provenance(profile: HardwareProfile, precision: str) -> str:
+    """One line: each kind of number the step model reads, and whether it is measured (probe),
+    calibrated (real DeepSpeed steps) or assumed (catalog, defaults)."""
+    link = "inter_node" if profile.nodes > 1 and profile.inter_node is not None else "intra_node"
+    perf = getattr(profile, link)
+    ops = sorted(perf.collectives) if perf is not None else []
+    parts = [
+        ("FLOP/s " + precision, number_source(profile, f"compute.achieved_flops.{precision}")
+         if profile.compute.achieved_flops.get(precision) else "assumed"),
+        ("collectives", _worst([number_source(profile, f"{link}.collectives.{op}.busbw_Bps") for op in ops])
+         if ops else "assumed"),
+        ("optimizer step", number_source(profile, "overheads.optimizer_params_per_s")
+         if profile.overheads.optimizer_params_per_s else _cpu_adam_source(profile)),
+        ("DeepSpeed overheads", _overheads_source(profile)),
+    ]  # fmt: skip
+    for what, path in (("step time scale", "overheads.step_scale"), ("per-step overhead", "overheads.per_step_s")):
+        said = number_source(profile, path)
+        if said.startswith("from your run"):
+            parts.append((what, said))
+    if profile.gpu is not None and profile.gpu.memory_slack_bytes is not None:
+        parts.append(("GPU memory slack", number_source(profile, "gpu.memory_slack_bytes")))
+    return "numbers: " + ", ".join(f"{what} {how}" for what, how in parts)
+
+
+def _cpu_adam_source(profile: HardwareProfile) -> str:
+    return number_source(profile, "host.cpu_adam_params_per_s") if profile.host.cpu_adam_params_per_s else "assumed"
+
+
+def _overheads_source(profile: HardwareProfile) -> str:
+    """Calibrated (fitted on this host's DeepSpeed steps), fitted on published runs (a catalog profile's
+    `overheads.origin`), or not modelled; a partial set names how many of the terms it has."""
+    terms = profile.overheads.model_dump(exclude={"source", "origin", "step_scale"})
+    known = sum(value is not None for value in terms.values())
+    if known == 0:
+        return "not modelled (uncalibrated)"
+    design = profile.calibration is not None and any(not v.source for v in profile.calibration.values)
+    how = "calibrated" if design else (
+        "fitted on published runs" if profile.overheads.origin == "published" else "assumed")
+    return how if known == len(terms) else f"{how} ({known} of {len(terms)} terms)"
+
+
+def _worst(sources: list[str]) -> str:
+    for kind in ("assumed", "measured", "calibrated"):
+        if kind in sources:
+            return kind if len(set(sources)) == 1 else f"partly {kind}"
+    return "assumed"
