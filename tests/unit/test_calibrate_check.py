@@ -203,9 +203,17 @@ def test_cache_decision(check: SelfCheck, cache: bool, words: str) -> None:
         assert "--repeats 2" in decision.line
 
 
-def test_expected_error_covers_the_worst_held_out_config_and_the_noise() -> None:
-    assert _check({"a": 2.0, "b": -7.0, "c": 3.0}, {}).expected_error_pct == pytest.approx(7.0)
-    assert _check({"a": 0.5, "b": -0.4}, {}, noise=3.0).expected_error_pct == pytest.approx(3.0)
+def test_expected_error_covers_the_worst_held_out_config_the_noise_and_the_launch_spread() -> None:
+    from zerotune.calibrate.check import LAUNCH_SPREAD_PCT
+
+    assert _check({"a": 2.0, "b": -7.0, "c": 3.0}, {}).expected_error_pct == pytest.approx(
+        math.hypot(7.0, LAUNCH_SPREAD_PCT)
+    )
+    assert _check({"a": 0.5, "b": -0.4}, {}, noise=3.0).expected_error_pct == pytest.approx(
+        math.hypot(3.0, LAUNCH_SPREAD_PCT)
+    )
+    # a perfect fit still cannot promise better than launches agree
+    assert _check({"a": 0.0, "b": 0.0}, {}, noise=0.0).expected_error_pct == pytest.approx(LAUNCH_SPREAD_PCT)
 
 
 # --------------------------------------------------------------------------- load and noise
