@@ -19,6 +19,7 @@ from zerotune.calibrate.check import (
     decide,
     foreign_share,
     is_spike,
+    load_decided,
     needs_repeat,
 )
 from zerotune.calibrate.crossval import leverages
@@ -314,3 +315,25 @@ def test_bench_quotes_the_profiles_expected_error_next_to_its_prediction() -> No
     prediction = predict(result, profile)
     assert prediction.step_time_s and prediction.expected_error_pct == 6.4
     assert "expected step-time error +-6% (its self-check)" in prediction.provenance
+
+
+def test_a_refusal_for_load_is_certain_once_most_runs_are_loaded() -> None:
+    """calibrate stops measuring once more than half of the design ran under load (issue 24: a loaded
+    calibration took 86-93 s of the 90 s budget only to be refused): the median share then exceeds the
+    limit whatever the remaining runs measure, and the fit of the runs taken so far is refused for it."""
+    busy = {"load": {"foreign_cores": 0.8, "cores": 2}}
+    quiet = {"load": {"foreign_cores": 0.0, "cores": 2}}
+    assert not load_decided([busy] * 3, 7, 2)
+    assert load_decided([busy] * 4, 7, 2)
+    assert not load_decided([busy] * 4 + [quiet] * 3, 8, 2)  # 8 runs: 4 busy leave the median open
+    # the claim: with the rest all quiet, the median of the whole design is still above the limit
+    assert foreign_share([busy] * 4 + [quiet] * 3, 2) > LOAD_SPIKE
+    assert not load_decided([busy] * 7, 7, 0)  # a GPU host (no CPU cores measured) never stops for load
+    runs, names, core = synthetic_runs()
+    for run in runs:
+        run["load"] = {"foreign_cores": 0.8, "cores": 2, "loadavg_1m": 3.0}
+    taken = len(runs) // 2 + 1  # the fewest loaded runs that decide it
+    assert load_decided(runs[:taken], len(runs), 2)
+    result = fit(runs[:taken], _with_memory(), names=names[:taken], predictor=stub(core))
+    decision = decide(result.check, repeats=1)
+    assert not decision.cache and "40% of the CPU" in decision.line

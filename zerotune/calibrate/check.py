@@ -6,7 +6,8 @@ self-check of the fit on runs it did not see.
   fair scheduler leaves the ranks about C / (C + f) of the CPU, i.e. the runs are slowed by up to
   f / C. A run above LOAD_SPIKE of that is measured again (once) and the calmer attempt kept; a
   calibration whose runs stay above it describes a busier machine than the one it will predict for,
-  and is not cached.
+  and is not cached. Once more than half of the design's runs were taken above it that verdict is
+  certain (`load_decided`), and the calibration stops there instead of measuring the rest.
 - **Self-check.** Leave-one-out over the design configs (all repeats of a config leave together):
   the fitted step-time terms are re-fitted without the config and predict it; a config the fit needs
   to pin a term is not held out (zerotune/calibrate/crossval.py). The rates (FLOP/s by shape,
@@ -51,6 +52,14 @@ def slowdown(load: dict[str, Any] | None, cores: int) -> float | None:
 def is_spike(load: dict[str, Any] | None, cores: int, limit: float = LOAD_SPIKE) -> bool:
     share = slowdown(load, cores)
     return share is not None and share > limit
+
+
+def load_decided(runs: list[dict[str, Any]], total: int, cores: int, limit: float = LOAD_SPIKE) -> bool:
+    """Whether the load verdict of `decide` is already certain before the design is done: when more than
+    half of the `total` runs were taken above `limit`, the median share (`foreign_share`) exceeds it
+    whatever the remaining runs measure, so measuring them only spends the user's time on a refusal."""
+    spiked = sum(is_spike(r.get("load"), cores, limit) for r in runs)
+    return spiked > total // 2
 
 
 def calmer(a: dict[str, Any], b: dict[str, Any], cores: int) -> dict[str, Any]:

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from zerotune.calibrate.check import Decision, calmer, decide, needs_repeat
+from zerotune.calibrate.check import Decision, calmer, decide, load_decided, needs_repeat
 from zerotune.calibrate.design import DesignRun, design
 from zerotune.calibrate.fit import Fit, fit
 from zerotune.calibrate.load import LoadMeter
@@ -282,6 +282,14 @@ def calibrate(options: CalibrateOptions, say: Say = lambda _: None) -> Outcome:
                 notes.append(f"{run.name}: {why}; not measured again (time budget {options.budget_s:g} s)")
             runs.append(record)
             names.append(run.name)
+            if load_decided(runs, total, n_cores) and i < total:
+                # the refusal for load is certain (check.py): the runs left would only make it later
+                notes.append(
+                    f"stopped after {i} of {total} runs: more than half were taken under load, so the "
+                    "calibration cannot be cached whatever the rest measure"
+                )
+                say(f"stopping after run {i}/{total}: the machine is busy with other processes")
+                break
     timings["design_runs"] = time.monotonic() - start - timings["probe"]
     say("fitting")
     t_fit = time.monotonic()
