@@ -203,6 +203,11 @@ class Run(BaseModel):
     moe_impl: Literal["loop", "grouped"] | None = Field(
         None, description="MoE expert implementation: HF's per-expert loop or a grouped GEMM kernel"
     )
+    zero_init: bool = Field(
+        True,
+        description="stage 3: the model is built under deepspeed.zero.Init (HF Trainer / accelerate); false "
+        "where the source's script builds it before deepspeed.initialize (moved to the GPU whole)",
+    )
     stated: list[str] = Field(description="fields the source states")
     assumed: dict[str, str] = Field(default_factory=dict, description="field -> why this value was assumed")
     measured: Measured
@@ -319,6 +324,7 @@ def run_workload(run: Run, precision: str) -> Workload:
         packing=bool(run.packing),
         activation_offloading=run.activation_offloading,
         moe_impl=run.moe_impl or "grouped",
+        zero_init=run.zero_init,
         gpus_per_node=run.gpus_per_node,
         nodes=run.nodes,
         **{k: v for k, v in run.kernels.items() if k in fields},

@@ -311,6 +311,21 @@ def test_counters_read_live_bytes_then_cached_blocks_then_context() -> None:
     assert counter_bytes(near, "nvidia-smi") <= max(live + CUDA_CONTEXT_BYTES, near.gpu_capacity_bytes)
 
 
+def test_stage3_without_zero_init_holds_the_whole_16bit_model_once_at_init() -> None:
+    """engine.py `_configure_distributed_model` moves a model without ds_id parameters to the GPU whole;
+    partitioning comes after. Short jobs peak there; under zero.Init the phase does not exist."""
+    w = Workload(gpus_per_node=8, seq_len=512, activation_checkpointing=True)
+    plain = estimate_memory(LLAMA_7B, w, _zero(3, "cpu"), hardware=H100)
+    est = estimate_memory(LLAMA_7B, w.model_copy(update={"zero_init": False}), _zero(3, "cpu"), hardware=H100)
+    first = est.timeline[0]
+    assert first.group == "init" and first.total == LLAMA_7B.params * 2
+    assert [p.total for p in est.timeline[1:]] == [p.total for p in plain.timeline]  # the step is unchanged
+    assert est.peak_phase is first and est.per_gpu.params == LLAMA_7B.params * 2
+    assert est.per_gpu.total > plain.per_gpu.total
+    below = estimate_memory(LLAMA_7B, w.model_copy(update={"zero_init": False}), _zero(2), hardware=H100)
+    assert below.per_gpu == estimate_memory(LLAMA_7B, w, _zero(2), hardware=H100).per_gpu  # stage 1/2 keep it anyway
+
+
 def test_fit_uses_capacity_and_margin() -> None:
     w = Workload(gpus_per_node=8)
     est = estimate_memory(LLAMA_7B, w, _zero(3), hardware=H100, safety_margin=0.1)
