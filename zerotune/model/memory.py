@@ -69,9 +69,10 @@ RESERVED_FRAGMENTATION = 0.15
 the PyTorch caching allocator caches freed blocks by size and cannot merge blocks of different
 segments, so tensors of changing sizes (recomputation, ZeRO's gathers and buckets, offload) leave
 cached blocks too small for the next request. GMLake (Guo et al., ASPLOS 2024, arXiv 2401.08156),
-on eight LLMs fine-tuned with DeepSpeed ZeRO, recomputation, offload and LoRA on A100-80GB,
-measured this share at 15% on average (up to 33%; 9.2 GB, up to 25 GB) and removed it by stitching
-blocks. So reserved ≈ allocated / (1 − 0.15), never above what the GPU has beyond the context: when
+on eight LLMs fine-tuned with DeepSpeed ZeRO, recomputation, offload and LoRA on A100-80GB, stitches
+those blocks together and so lowers this share by 15 points on average (up to 33; 9.2 GB of memory on
+average, up to 25 GB) against the caching allocator: that much of the caching allocator's reserved
+memory held no tensor. So reserved ≈ allocated / (1 − 0.15), never above what the GPU has beyond the context: when
 cudaMalloc fails the allocator frees its cached blocks and retries (PyTorch "CUDA semantics",
 memory management; c10/cuda/CUDACachingAllocator.cpp `release_cached_blocks`)."""
 
