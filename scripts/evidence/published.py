@@ -19,8 +19,10 @@ tokens_per_s as is, tokens_per_s_per_gpu x world, samples_per_s x seq_len, token
 time, or TFLOPS per GPU divided by the FLOPs per token of the formula the source used (`flops_formula`:
 `6n`/`8n` = 6 or 8 x parameters per token, `megatron`/`megatron_recompute` = Narayanan et al. 2021
 eq. 3: 72 or 96 x l h^2 (1 + s/6h + V/16lh) per token, `stated` = the run's `flops_per_token`, worked
-out in runs.yaml from the source's own formula and dimensions). Peak memory is compared with the predicted
-per-GPU total; each run says which counter the source read (max_allocated, max_reserved, nvidia-smi).
+out in runs.yaml from the source's own formula and dimensions). Each run says which counter the source read
+(max_allocated, max_reserved, nvidia-smi) and its peak memory is compared with the estimate as that counter
+reads it (zerotune.model.memory.counter_bytes: live bytes; with the caching allocator's cached blocks; with
+the CUDA context and NCCL buffers too). The fit verdict judges the per-GPU total, as the commands do.
 
 Metrics: MAPE and median signed error of throughput, Spearman rank correlation of tokens/s per GPU,
 MAPE of peak memory, "predicted not to fit" for runs that really ran, and the same errors per
@@ -52,7 +54,7 @@ from zerotune.dsconfig.settings import resolve  # noqa: E402
 from zerotune.files import write_atomic  # noqa: E402
 from zerotune.model.compute import training_flops_per_token  # noqa: E402
 from zerotune.model.fit import fits  # noqa: E402
-from zerotune.model.memory import estimate_memory  # noqa: E402
+from zerotune.model.memory import counter_bytes, estimate_memory  # noqa: E402
 from zerotune.model.step import predict_step  # noqa: E402
 from zerotune.schema.workload import Workload  # noqa: E402
 
@@ -201,6 +203,11 @@ class Run(BaseModel):
     moe_impl: Literal["loop", "grouped"] | None = Field(
         None, description="MoE expert implementation: HF's per-expert loop or a grouped GEMM kernel"
     )
+    zero_init: bool = Field(
+        True,
+        description="stage 3: the model is built under deepspeed.zero.Init (HF Trainer / accelerate); false "
+        "where the source's script builds it before deepspeed.initialize (moved to the GPU whole)",
+    )
     stated: list[str] = Field(description="fields the source states")
     assumed: dict[str, str] = Field(default_factory=dict, description="field -> why this value was assumed")
     measured: Measured
@@ -317,6 +324,7 @@ def run_workload(run: Run, precision: str) -> Workload:
         packing=bool(run.packing),
         activation_offloading=run.activation_offloading,
         moe_impl=run.moe_impl or "grouped",
+        zero_init=run.zero_init,
         gpus_per_node=run.gpus_per_node,
         nodes=run.nodes,
         **{k: v for k, v in run.kernels.items() if k in fields},
@@ -361,6 +369,7 @@ def predict_run(run: Run) -> dict[str, Any]:
         "measured_tokens_per_s": measured_tps,
         "tput_error": None if measured_tps is None else estimate.tokens_per_s / measured_tps - 1,
         "predicted_memory_bytes": memory.per_gpu.total,
+        "predicted_counter_bytes": None,
         "measured_memory_bytes": run.measured.peak_memory_bytes,
         "memory_kind": run.measured.memory_kind,
         "memory_error": None,
@@ -372,7 +381,8 @@ def predict_run(run: Run) -> dict[str, Any]:
         "unsupported_kernels": unsupported,
     }
     if run.measured.peak_memory_bytes:
-        row["memory_error"] = memory.per_gpu.total / run.measured.peak_memory_bytes - 1
+        row["predicted_counter_bytes"] = counter_bytes(memory, run.measured.memory_kind)
+        row["memory_error"] = row["predicted_counter_bytes"] / run.measured.peak_memory_bytes - 1
     return row
 
 
@@ -516,7 +526,7 @@ def print_report(result: dict[str, Any]) -> None:
         print(
             f"{r['id'][:44]:44} {r['stage']:>5} {r['offload']:>12} {world:>5} {r['tokens_per_gpu_micro']:>9} "
             f"{_fmt(r['predicted_tokens_per_s'] / world):>14} {_fmt(None if meas is None else meas / world):>14} "
-            f"{_fmt(r['tput_error'], 100, 1):>7} {_fmt(r['predicted_memory_bytes'], 1 / 2**30, 1):>8} "
+            f"{_fmt(r['tput_error'], 100, 1):>7} {_fmt(r['predicted_counter_bytes'] or r['predicted_memory_bytes'], 1 / 2**30, 1):>8} "
             f"{_fmt(r['measured_memory_bytes'], 1 / 2**30, 1):>8} {_fmt(r['memory_error'], 100, 1):>6}"
             + ("  PREDICTED-OOM" if r["ran_but_predicted_oom"] else "")
         )

@@ -12,8 +12,10 @@ from zerotune.model.memory import (
     CUDA_CONTEXT_BYTES,
     FRAGMENTATION,
     OFFLOAD_OPTIONS,
+    RESERVED_FRAGMENTATION,
     MemoryBreakdown,
     compare_options,
+    counter_bytes,
     estimate_memory,
 )
 from zerotune.model.memory_facts import persistent_elements
@@ -288,6 +290,40 @@ def test_persistence_thresholds() -> None:
 def test_overhead_is_context_plus_fragmentation_of_short_lived_allocations() -> None:
     b = estimate_memory(LLAMA_7B, Workload(), _zero(2)).per_gpu
     assert b.overhead == CUDA_CONTEXT_BYTES + int(FRAGMENTATION * (b.activations + b.comm_buffers))
+
+
+def test_counters_read_live_bytes_then_cached_blocks_then_context() -> None:
+    """max_allocated is the live bytes at the peak; max_reserved adds the blocks the caching allocator
+    holds unallocated (GMLake's 15% of reserved), never past the GPU's memory beyond the context;
+    nvidia-smi adds the context and NCCL buffers on top of reserved."""
+    w = Workload(gpus_per_node=8, micro_batch=4, activation_checkpointing=True)
+    est = estimate_memory(LLAMA_7B, w, _zero(3), hardware=H100)
+    b = est.per_gpu
+    live = b.model_states + b.comm_buffers + b.activations
+    allocated, reserved = counter_bytes(est, "max_allocated"), counter_bytes(est, "max_reserved")
+    assert allocated == live
+    assert reserved == int(live / (1 - RESERVED_FRAGMENTATION)) < est.gpu_capacity_bytes
+    assert counter_bytes(est, "nvidia-smi") == reserved + CUDA_CONTEXT_BYTES
+    near = estimate_memory(LLAMA_7B, w.model_copy(update={"micro_batch": 40}), _zero(3), hardware=H100)
+    live = near.per_gpu.model_states + near.per_gpu.comm_buffers + near.per_gpu.activations
+    assert live / (1 - RESERVED_FRAGMENTATION) > near.gpu_capacity_bytes - CUDA_CONTEXT_BYTES  # the cap binds
+    assert counter_bytes(near, "max_reserved") == max(live, near.gpu_capacity_bytes - CUDA_CONTEXT_BYTES)
+    assert counter_bytes(near, "nvidia-smi") <= max(live + CUDA_CONTEXT_BYTES, near.gpu_capacity_bytes)
+
+
+def test_stage3_without_zero_init_holds_the_whole_16bit_model_once_at_init() -> None:
+    """engine.py `_configure_distributed_model` moves a model without ds_id parameters to the GPU whole;
+    partitioning comes after. Short jobs peak there; under zero.Init the phase does not exist."""
+    w = Workload(gpus_per_node=8, seq_len=512, activation_checkpointing=True)
+    plain = estimate_memory(LLAMA_7B, w, _zero(3, "cpu"), hardware=H100)
+    est = estimate_memory(LLAMA_7B, w.model_copy(update={"zero_init": False}), _zero(3, "cpu"), hardware=H100)
+    first = est.timeline[0]
+    assert first.group == "init" and first.total == LLAMA_7B.params * 2
+    assert [p.total for p in est.timeline[1:]] == [p.total for p in plain.timeline]  # the step is unchanged
+    assert est.peak_phase is first and est.per_gpu.params == LLAMA_7B.params * 2
+    assert est.per_gpu.total > plain.per_gpu.total
+    below = estimate_memory(LLAMA_7B, w.model_copy(update={"zero_init": False}), _zero(2), hardware=H100)
+    assert below.per_gpu == estimate_memory(LLAMA_7B, w, _zero(2), hardware=H100).per_gpu  # stage 1/2 keep it anyway
 
 
 def test_fit_uses_capacity_and_margin() -> None:

@@ -52,6 +52,20 @@ def test_json_rows_for_llama_70b_on_8_gpus(cli) -> None:
     assert "dgx-h100" in res.stderr  # the capacity's source is said, on stderr only
 
 
+def test_stage3_without_zero_init_must_fit_the_whole_model_at_init(cli) -> None:
+    """70B in bf16 is 141 GB: built before deepspeed.initialize it is moved to one 80 GB GPU whole and
+    cannot be partitioned there, whatever stage-3 offload follows; under zero.Init it fits."""
+    rows = {}
+    for flag in ("--zero-init", "--no-zero-init"):
+        res = cli("memory", "--model", "llama-70b", "--gpus", "8", "--json", flag)
+        assert res.code == 0, res.stderr
+        rows[flag] = {(r["stage"], r["offload_optimizer"], r["offload_param"]): r for r in json.loads(res.stdout)["rows"]}
+    assert rows["--zero-init"][(3, "cpu", "cpu")]["fits"] is True
+    assert rows["--no-zero-init"][(3, "cpu", "cpu")]["fits"] is False
+    assert rows["--no-zero-init"][(3, "cpu", "cpu")]["breakdown"]["params"] == 2 * load_model("llama-70b").params
+    assert rows["--no-zero-init"][(2, "none", "none")] == rows["--zero-init"][(2, "none", "none")]
+
+
 def test_checkpoint_in_cpu_gives_predicts_numbers(cli, tmp_path) -> None:
     """memory and predict describe the same stage-3 job with the checkpoints in host memory: the same
     bytes per GPU and per node."""

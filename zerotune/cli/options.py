@@ -77,6 +77,9 @@ ActivationOffloading = Annotated[
         "--activation-offloading/--no-activation-offloading", help=_help("activation_offloading"), show_default=False
     ),
 ]
+ZeroInit = Annotated[
+    bool | None, typer.Option("--zero-init/--no-zero-init", help=_help("zero_init"), show_default=False)
+]
 MoeImpl = Annotated[str | None, typer.Option(help=_help("moe_impl"))]
 Launch = Annotated[
     list[str] | None,
@@ -96,6 +99,7 @@ WORKLOAD_OPTIONS = (
     "rotary",
     "packing",
     "activation_offloading",
+    "zero_init",
     "moe_impl",
 )
 """The JobInputs fields the workload options above set, in the order commands take them."""

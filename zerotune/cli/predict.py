@@ -49,6 +49,7 @@ def command(
     rotary: o.Rotary = None,
     packing: o.Packing = None,
     activation_offloading: o.ActivationOffloading = None,
+    zero_init: o.ZeroInit = None,
     moe_impl: o.MoeImpl = None,
     training_args: o.TrainingArgs = None,
     width: Annotated[int | None, typer.Option(help="Timeline width in columns (default: the terminal's).")] = None,
@@ -69,7 +70,7 @@ def command(
         model=model, params=params, layers=layers, hidden=hidden, profile=profile, seq_len=seq_len,
         world_size=world_size, gpus=gpus, nodes=nodes, gpu_memory=gpu_memory, micro_batch=micro_batch, grad_accum=grad_accum,
         checkpointing=checkpointing, checkpoint_in_cpu=checkpoint_in_cpu or None, precision=precision, hf=hf or None,
-        **o.workload_said(attention, liger, cross_entropy, swiglu, rmsnorm, rotary, packing, activation_offloading, moe_impl),
+        **o.workload_said(attention, liger, cross_entropy, swiglu, rmsnorm, rotary, packing, activation_offloading, zero_init, moe_impl),
     )  # fmt: skip
     launched: list[str] = []
     if launch or training_args:

@@ -25,6 +25,7 @@ from zerotune.model.live_bytes import (
     PARAMS,
     Phase,
     StepInputs,
+    Term,
     peak,
     timeline_below_stage3,
 )
@@ -48,22 +49,51 @@ from zerotune.units import DTYPE_BYTES, GiB, fmt_bytes, fmt_count
 DEFAULT_MARGIN = SAFETY_MARGIN  # the one margin (schema/job.py); callers judging otherwise pass theirs
 
 CUDA_CONTEXT_BYTES = 1 * GiB
-"""Fixed per-process GPU memory outside PyTorch's allocator: the CUDA context and the kernel images
-of torch/cuBLAS/NCCL (≈0.5–0.8 GiB on A100/H100 with torch 2.x, as nvidia-smi shows for an idle
-process after its first CUDA kernel), the cuBLAS workspace and NCCL's per-peer channel buffers
-(NCCL_BUFFSIZE 4 MiB × channels). Rounded up to 1 GiB."""
+"""Fixed per-process GPU memory outside PyTorch's allocator, which nvidia-smi counts and torch's
+counters do not: the CUDA context with the kernels loaded so far (about 300 MB since CUDA 11.7's lazy
+module loading, over 1000 MB before it: https://github.com/pytorch/pytorch/issues/107667) and NCCL's
+communicator buffers, per channel and peer (NCCL_BUFFSIZE 4 MiB each; more channels and more
+communicators take more: https://github.com/NVIDIA/nccl/issues/986). Measured together on 8x H100:
+1.06 GB outside PyTorch with the communicators set up (https://github.com/NVIDIA/nccl/issues/1685).
+Rounded to 1 GiB."""
 
 FRAGMENTATION = 0.10
-"""Caching-allocator slack as a fraction of the short-lived allocations (activations, gathered
-parameters, buckets): their varying sizes leave reserved-but-unallocated blocks, typically 5–15%
-of them (PyTorch CUDA caching allocator; `expandable_segments` lowers it). Model states are a few
-flat buffers allocated once and fragment little, so they are left out of the base."""
+"""Caching-allocator slack booked in the fit, as a fraction of the short-lived allocations
+(activations, gathered parameters, buckets): their varying sizes leave reserved-but-unallocated
+blocks. What a fit needs is less than what `max_memory_reserved` shows (RESERVED_FRAGMENTATION):
+under pressure the allocator frees its cached blocks and retries before it reports out of memory,
+so a job whose live bytes fit runs, slower (DeepSpeed warns of "pytorch allocator cache flushes")."""
+
+RESERVED_FRAGMENTATION = 0.15
+"""Share of the peak reserved memory (torch.cuda.max_memory_reserved) that holds no live tensor:
+the PyTorch caching allocator caches freed blocks by size and cannot merge blocks of different
+segments, so tensors of changing sizes (recomputation, ZeRO's gathers and buckets, offload) leave
+cached blocks too small for the next request. GMLake (Guo et al., ASPLOS 2024, arXiv 2401.08156),
+on eight LLMs fine-tuned with DeepSpeed ZeRO, recomputation, offload and LoRA on A100-80GB, stitches
+those blocks together and so lowers this share by 15 points on average (up to 33; 9.2 GB of memory on
+average, up to 25 GB) against the caching allocator: that much of the caching allocator's reserved
+memory held no tensor. So reserved ≈ allocated / (1 − 0.15), never above what the GPU has beyond the context: when
+cudaMalloc fails the allocator frees its cached blocks and retries (PyTorch "CUDA semantics",
+memory management; c10/cuda/CUDACachingAllocator.cpp `release_cached_blocks`)."""
+
 
 def _slack(hardware: HardwareProfile | None) -> int:
     """What a run on this machine measured beyond (or below) the estimate: `gpu.memory_slack_bytes`,
     fitted by `zerotune calibrate --from-log` (zerotune/calibrate/from_log.py); 0 when not measured."""
     gpu = hardware.gpu if hardware is not None else None
     return (gpu.memory_slack_bytes or 0) if gpu is not None else 0
+
+
+def whole_model_at_init(psi: int, elem: int) -> Phase:
+    """Stage 3 with a model built outside deepspeed.zero.Init: `deepspeed.initialize` casts it to the
+    training dtype and moves it to the GPU whole (runtime/engine.py `_configure_distributed_model`:
+    `self.module.to(self.device)` unless the parameters already carry `ds_id`), and only then partitions
+    it parameter by parameter (parameter_offload.py `_convert_to_zero_parameters`), freeing each full
+    tensor. So all Ψ 16-bit weights are live on one GPU once, before any optimizer state exists; the
+    caching allocator keeps those blocks reserved after they are freed."""
+    return Phase(
+        "init: whole model on the GPU (no zero.Init)", "init", (Term("16-bit parameters, whole model", PARAMS, psi * elem),)
+    )
 
 
 OFFLOAD_OPTIONS: tuple[tuple[int, str, str], ...] = (
@@ -270,6 +300,8 @@ def estimate_memory(
         host_accum=host_accum,
     )
     timeline = timeline_stage3(inputs) if stage == 3 else timeline_below_stage3(inputs)
+    if stage == 3 and not workload.zero_init:
+        timeline = (whole_model_at_init(facts.psi, e), *timeline)
     top = peak(timeline)
     comm = top.by_kind(BUFFERS)
     activations = top.by_kind(ACTIVATIONS)
@@ -373,14 +405,22 @@ def compare_options(
 
 
 def counter_bytes(estimate: MemoryEstimate, kind: str) -> int:
-    """The estimate as the counter a run reads: `max_allocated` (torch.cuda.max_memory_allocated: the
-    allocator's live bytes, neither the CUDA context nor its cached free blocks), `max_reserved`
-    (torch.cuda.max_memory_reserved: with the cached blocks, the allocator slack here) or `nvidia-smi`
-    (the whole process: the CUDA context too)."""
+    """The estimate as the counter a run reads.
+
+    `max_allocated` (torch.cuda.max_memory_allocated): the live bytes at the peak phase, neither the
+    context nor cached free blocks. `max_reserved` (torch.cuda.max_memory_reserved): those bytes with
+    the allocator's cached blocks (RESERVED_FRAGMENTATION), at most the GPU's memory beyond the
+    context. `nvidia-smi` (the process's used memory; DeepSpeed's see_memory_usage prints the two
+    torch counters, not this): reserved plus the context and NCCL buffers (CUDA_CONTEXT_BYTES).
+    A calibrated slack (`gpu.memory_slack_bytes`) is added to every counter, as it was measured."""
     b = estimate.per_gpu
-    fragmentation = int(FRAGMENTATION * (b.activations + b.comm_buffers))
-    if kind == "nvidia-smi":
-        return b.total
+    live = b.model_states + b.comm_buffers + b.activations
+    slack = b.total - live - CUDA_CONTEXT_BYTES - int(FRAGMENTATION * (b.activations + b.comm_buffers))
+    if kind == "max_allocated":
+        return live + slack
+    reserved = int(live / (1 - RESERVED_FRAGMENTATION))
+    if estimate.gpu_capacity_bytes:
+        reserved = max(live, min(reserved, estimate.gpu_capacity_bytes - CUDA_CONTEXT_BYTES))
     if kind == "max_reserved":
-        return b.total - CUDA_CONTEXT_BYTES
-    return b.total - CUDA_CONTEXT_BYTES - fragmentation
+        return reserved + slack
+    return reserved + slack + CUDA_CONTEXT_BYTES

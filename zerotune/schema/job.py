@@ -101,6 +101,11 @@ class JobInputs:
     activation_offloading: bool | None = _said(
         None, "Activations wait for backward in host memory (TRL activation_offloading; default: off)."
     )
+    zero_init: bool | None = _said(
+        None,
+        "Stage 3: the model is built under deepspeed.zero.Init (HF Trainer / accelerate with ZeRO-3; default). "
+        "--no-zero-init: the script builds it before deepspeed.initialize, which moves it to the GPU whole.",
+    )
     moe_impl: str | None = _said(
         None,
         "MoE experts: grouped (one grouped GEMM) or loop (HF transformers' per-expert loop; default grouped).",
@@ -147,7 +152,7 @@ class JobInputs:
         out: dict[str, object] = {}
         if self.liger is not None:
             out |= LIGER_KERNELS if self.liger else {k: ("fp32" if k == "cross_entropy" else "plain") for k in LIGER_KERNELS}
-        for name in ("attention", *LIGER_KERNELS, "packing", "activation_offloading", "moe_impl"):
+        for name in ("attention", *LIGER_KERNELS, "packing", "activation_offloading", "zero_init", "moe_impl"):
             value = getattr(self, name)
             if value is not None:
                 out[name] = value

@@ -65,6 +65,12 @@ class Workload(BaseModel):
         "memory (torch saved-tensor hooks on a side stream); with checkpointing those are the block "
         "inputs, as with checkpoint_in_cpu",
     )
+    zero_init: bool = Field(
+        True,
+        description="stage 3: the model is built under deepspeed.zero.Init, as HF Trainer and accelerate do "
+        "with a ZeRO-3 config; a model built before deepspeed.initialize is moved to the GPU whole and "
+        "partitioned there (its 16-bit weights must fit one GPU at init)",
+    )
     moe_impl: MoeImpl = Field(
         "grouped",
         description="MoE experts: grouped (one grouped GEMM over every expert, MegaBlocks / ScatterMoE / "
