@@ -43,6 +43,10 @@ Family = Literal[
     "qwen3_moe",
     "gemma",
     "gemma2",
+    "gemma3_text",
+    "gemma3",
+    "deepseek_v2",
+    "deepseek_v3",
     "phi3",
     "falcon",
     "gpt2",
@@ -51,6 +55,34 @@ Family = Literal[
     "t5",
 ]
 FAMILIES: tuple[str, ...] = Family.__args__  # type: ignore[attr-defined]
+
+
+class MLA(BaseModel):
+    """DeepSeek's multi-head latent attention (DeepseekV2Attention / DeepseekV3Attention): queries through a
+    low-rank q_a -> RMSNorm -> q_b (or one q_proj when q_lora_rank is None, as in DeepSeek-V2-Lite), keys
+    and values from a shared latent kv_a [kv_lora_rank + rope, h] -> RMSNorm -> kv_b, o [h, H·v_head_dim]."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    q_lora_rank: int | None = Field(gt=0)
+    kv_lora_rank: int = Field(gt=0)
+    qk_nope_head_dim: int = Field(gt=0)
+    qk_rope_head_dim: int = Field(gt=0)
+    v_head_dim: int = Field(gt=0)
+
+
+class VisionTower(BaseModel):
+    """A multimodal model's SigLIP image encoder (transformers SiglipVisionModel without its pooling head, as
+    Gemma 3 builds it: vision_use_head false) and the projector into the language model (Gemma3MultiModalProjector)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    hidden: int = Field(gt=0)
+    ffn: int = Field(gt=0)
+    layers: int = Field(gt=0)
+    image_size: int = Field(gt=0)
+    patch_size: int = Field(gt=0)
+    channels: int = Field(3, gt=0)
 
 
 class Architecture(BaseModel):
@@ -77,8 +109,17 @@ class Architecture(BaseModel):
     experts: int = Field(1, gt=0)
     experts_per_token: int = Field(1, gt=0)
     shared_expert_ffn: int | None = Field(
-        None, gt=0, description="Qwen2-MoE: intermediate size of the always-active shared expert"
+        None,
+        gt=0,
+        description="intermediate size of the always-active shared expert (Qwen2-MoE, with a sigmoid gate; "
+        "DeepSeek: n_shared_experts x moe_intermediate_size, no gate)",
     )
+    dense_layers: int = Field(
+        0, ge=0, description="DeepSeek's first_k_dense_replace: leading blocks with a dense MLP"
+    )
+    dense_ffn: int | None = Field(None, gt=0, description="intermediate size of those dense blocks' MLP")
+    mla: MLA | None = Field(None, description="DeepSeek's multi-head latent attention instead of q/k/v/o")
+    vision: VisionTower | None = Field(None, description="Gemma 3's image encoder (multimodal checkpoints)")
 
     norm: Literal["rmsnorm", "layernorm"] = Field(
         description="layernorm has weight and bias, rmsnorm a weight"
@@ -117,6 +158,10 @@ class Architecture(BaseModel):
             raise ValueError("learned positions need max_positions")
         if self.family == "t5" and (self.decoder_layers is None or self.relative_attention_buckets is None):
             raise ValueError("t5 needs decoder_layers and relative_attention_buckets")
+        if self.dense_layers and (
+            self.dense_ffn is None or self.dense_layers > self.layers or self.experts == 1
+        ):
+            raise ValueError("dense_layers needs dense_ffn, at most `layers` blocks and an MoE model")
         return self
 
     @property
@@ -125,6 +170,9 @@ class Architecture(BaseModel):
 
     @property
     def d_head(self) -> int:
+        """Per-head size of queries and keys (MLA: the no-position and rotary parts together)."""
+        if self.mla:
+            return self.mla.qk_nope_head_dim + self.mla.qk_rope_head_dim
         return self.head_dim or self.hidden // self.heads
 
 
@@ -140,6 +188,7 @@ def build_model(arch: Architecture) -> ModelSpec:
         num_heads=arch.heads,
         num_kv_heads=arch.n_kv_heads,
         head_dim=arch.d_head,
+        v_head_dim=arch.mla.v_head_dim if arch.mla else None,
         ffn_size=arch.ffn,
         vocab_size=arch.vocab,
         tied_embeddings=arch.tied_embeddings,
@@ -159,7 +208,22 @@ def _linear(n_in: int, n_out: int, bias: bool) -> list[int]:
     return [n_in * n_out, n_out] if bias else [n_in * n_out]
 
 
+def _mla(arch: Architecture, m: MLA) -> list[int]:
+    """DeepseekV3Attention: attention_bias on q_a, kv_a and o only; q_proj, q_b and kv_b never biased."""
+    h, heads, bias = arch.hidden, arch.heads, arch.qkv_bias
+    q_size = heads * (m.qk_nope_head_dim + m.qk_rope_head_dim)
+    if m.q_lora_rank is None:
+        q = _linear(h, q_size, False)
+    else:
+        q = _linear(h, m.q_lora_rank, bias) + [m.q_lora_rank] + _linear(m.q_lora_rank, q_size, False)
+    kv = _linear(h, m.kv_lora_rank + m.qk_rope_head_dim, bias) + [m.kv_lora_rank]
+    kv += _linear(m.kv_lora_rank, heads * (m.qk_nope_head_dim + m.v_head_dim), False)
+    return q + kv + _linear(heads * m.v_head_dim, h, bias)
+
+
 def _attention(arch: Architecture) -> list[int]:
+    if arch.mla:
+        return _mla(arch, arch.mla)
     h, d = arch.hidden, arch.d_head
     q, kv = arch.heads * d, arch.n_kv_heads * d
     if arch.fused_qkv:
@@ -170,8 +234,8 @@ def _attention(arch: Architecture) -> list[int]:
     return qkv + qk_norm + _linear(q, h, arch.out_bias)
 
 
-def _mlp(arch: Architecture) -> list[int]:
-    h, f, bias = arch.hidden, arch.ffn, arch.mlp_bias
+def _mlp(arch: Architecture, ffn: int | None = None) -> list[int]:
+    h, f, bias = arch.hidden, ffn or arch.ffn, arch.mlp_bias
     if not arch.gated_mlp:
         return _linear(h, f, bias) + _linear(f, h, bias)
     gate_up = _linear(h, 2 * f, bias) if arch.fused_gate_up else 2 * _linear(h, f, bias)
@@ -186,19 +250,51 @@ def _decoder_layers(arch: Architecture) -> list[LayerSpec]:
     if arch.embedding_norm:
         embed += norm
     mlp = _mlp(arch)
-    if arch.experts > 1:  # Mixtral/Qwen2-MoE/Qwen3-MoE: router (no bias), then the experts' MLPs
+    # MoE: router [E, h] (no bias; DeepSeek-V3's e_score_correction_bias is a buffer), then E experts
+    if arch.experts > 1:
         mlp = [arch.experts * h] + mlp * arch.experts
-    if arch.shared_expert_ffn:  # Qwen2-MoE: shared expert (gated, no bias) and its sigmoid gate [1, h]
-        mlp += 3 * _linear(h, arch.shared_expert_ffn, False) + [h]
-    if arch.block_norms == 4:  # Gemma 2: input, post-attention, pre-feedforward, post-feedforward norms
-        block = norm + _attention(arch) + norm + norm + mlp + norm
-    else:
-        block = norm + _attention(arch) + (norm if arch.block_norms == 2 else []) + mlp
-    layers = [LayerSpec(name="embed", kind="embedding", tensors=tuple(embed))]
-    layers += [LayerSpec(name=f"layers.{i}", kind="block", tensors=tuple(block)) for i in range(arch.layers)]
+    if arch.shared_expert_ffn:  # shared expert (gated MLP, no bias); Qwen2-MoE adds its sigmoid gate [1, h]
+        mlp += 3 * _linear(h, arch.shared_expert_ffn, False) + ([h] if arch.family == "qwen2_moe" else [])
+    attention = _attention(arch)
+
+    def block(mlp: list[int]) -> tuple[int, ...]:
+        if arch.block_norms == 4:  # Gemma 2/3: input, post-attention, pre-feedforward, post-feedforward norms
+            return tuple(norm + attention + norm + norm + mlp + norm)
+        return tuple(norm + attention + (norm if arch.block_norms == 2 else []) + mlp)
+
+    dense = block(_mlp(arch, arch.dense_ffn))  # DeepSeek's first_k_dense_replace blocks
+    sparse = block(mlp)
+    layers = _vision_layers(arch, arch.vision) if arch.vision else []
+    layers.append(LayerSpec(name="embed", kind="embedding", tensors=tuple(embed)))
+    layers += [
+        LayerSpec(name=f"layers.{i}", kind="block", tensors=dense)
+        if i < arch.dense_layers
+        else LayerSpec(name=f"layers.{i}", kind="block", tensors=sparse, experts=arch.experts)
+        for i in range(arch.layers)
+    ]
     layers.append(LayerSpec(name="norm", kind="norm", tensors=tuple(norm)))
     if not arch.tied_embeddings:
         layers.append(LayerSpec(name="lm_head", kind="head", tensors=(arch.vocab * h,)))
+    return layers
+
+
+def _vision_layers(arch: Architecture, v: VisionTower) -> list[LayerSpec]:
+    """Gemma 3's vision_tower (SiglipVisionModel: patch Conv2d with bias, learned positions, encoder
+    layers of LayerNorm, q/k/v/out and fc1/fc2 with biases, LayerNorm; then post_layernorm) and
+    multi_modal_projector (a [vision hidden, text hidden] weight and an RMSNorm [vision hidden]), in
+    module order: transformers lists them before the language model."""
+    h, f = v.hidden, v.ffn
+    layer_norm = [h, h]
+    embeddings = (v.channels * v.patch_size**2 * h, h, (v.image_size // v.patch_size) ** 2 * h)
+    encoder = tuple(
+        layer_norm + 4 * _linear(h, h, True) + layer_norm + _linear(h, f, True) + _linear(f, h, True)
+    )
+    layers = [LayerSpec(name="vision_tower.embeddings", kind="vision", tensors=embeddings)]
+    layers += [
+        LayerSpec(name=f"vision_tower.layers.{i}", kind="vision", tensors=encoder) for i in range(v.layers)
+    ]
+    layers.append(LayerSpec(name="vision_tower.post_layernorm", kind="vision", tensors=tuple(layer_norm)))
+    layers.append(LayerSpec(name="multi_modal_projector", kind="vision", tensors=(h * arch.hidden, h)))
     return layers
 
 
