@@ -65,14 +65,18 @@ def load_model_text_only(model):
     return sum(layer.params for layer in model.layers if layer.kind != "vision")
 
 
-@pytest.mark.parametrize(("name", "gpus"), [("deepseek-v2-lite", 8), ("qwen3-30b-a3b", 8), ("gemma-3-27b", 4)])
+@pytest.mark.parametrize(
+    ("name", "gpus"), [("deepseek-v2-lite", 8), ("qwen3-30b-a3b", 8), ("gemma-3-27b", 4)]
+)
 def test_memory_states_follow_the_zero_paper(cli, name, gpus):
     """ZeRO paper (Rajbhandari et al. 2019, §5): 2Ψ bf16 params, KΨ = 12Ψ Adam states (fp32 master,
     momentum, variance); stage 1-3 partition the optimizer states over N_d, stage 3 the params too."""
     model = load_model(name)
     psi = model.params
     rows = json.loads(cli("memory", "--model", name, "--gpus", gpus, "--json").stdout)["rows"]
-    plain = {r["stage"]: r["breakdown"] for r in rows if r["offload_optimizer"] == r["offload_param"] == "none"}
+    plain = {
+        r["stage"]: r["breakdown"] for r in rows if r["offload_optimizer"] == r["offload_param"] == "none"
+    }
     assert plain[0]["params"] == 2 * psi and plain[0]["optimizer_states"] == 12 * psi
     for stage in (1, 2, 3):
         assert plain[stage]["optimizer_states"] == pytest.approx(12 * psi / gpus, rel=1e-3)
@@ -88,7 +92,9 @@ def test_predict_runs_and_is_physical(cli, tmp_path, name):
     config = tmp_path / "ds.json"
     config.write_text(json.dumps({"zero_optimization": {"stage": 3}, "bf16": {"enabled": True},
                                   "train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 4}))  # fmt: skip
-    res = cli("predict", "--config", config, "--model", name, "--profile", "dgx-h100", "--seq-len", "4096", "--json")
+    res = cli(
+        "predict", "--config", config, "--model", name, "--profile", "dgx-h100", "--seq-len", "4096", "--json"
+    )
     assert res.code == 0, res.stderr
     out = json.loads(res.stdout)
     print(json.dumps(out)[:600])
