@@ -393,8 +393,10 @@ LIVE = [
     "gemma-3-4b",
     "gemma-3-1b",
     "deepseek-v2-lite",
+    "gpt-oss-20b",
+    "olmo-2-1124-7b",
 ]
-FUSED_EXPERTS = {"mixtral-8x7b", "qwen3-30b-a3b", "deepseek-v2-lite"}
+FUSED_EXPERTS = {"mixtral-8x7b", "qwen3-30b-a3b", "deepseek-v2-lite", "gpt-oss-20b"}
 
 
 @pytest.fixture(scope="module")

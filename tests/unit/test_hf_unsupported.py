@@ -37,8 +37,8 @@ def test_closest_supported_family(config, closest):
 
 
 def test_remote_code_config_is_one_line_and_exit_2(cli, tmp_path):
-    config = {"model_type": "kimi_k2", "architectures": ["DeepseekV3ForCausalLM"], "auto_map": {}, "hidden_size": 7168}
-    config["auto_map"] = {"AutoModelForCausalLM": "modeling_deepseek.DeepseekV3ForCausalLM"}
+    remote = {"AutoModelForCausalLM": "modeling_deepseek.DeepseekV3ForCausalLM"}
+    config = {"model_type": "kimi_k2", "architectures": ["DeepseekV3ForCausalLM"], "auto_map": remote}
     (tmp_path / "config.json").write_text(json.dumps(config))
     res = cli("memory", "--model", tmp_path, "--gpus", "8")
     assert res.code == 2

@@ -24,7 +24,20 @@ PUBLISHED = [
     ("gemma-3-27b", 27.4e9, None, 0.06e9),  # google/gemma-3-27b-it: 27.4B params (LM + SigLIP tower)
     ("mistral-nemo-12b", 12.2e9, None, 0.06e9),  # Mistral-Nemo-Base-2407: 12.2B
     ("phi-4", 14.7e9, None, 0.06e9),  # microsoft/phi-4 model card: 14B dense, 14.7B on the Hub page
+    ("olmo-2-1124-13b", 13.7e9, None, 0.06e9),  # allenai/OLMo-2-1124-13B: 13.7B
 ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("name", "total", "active"),
+    [("gpt-oss-20b", 21e9, 3.6e9), ("gpt-oss-120b", 117e9, 5.1e9)],
+)
+def test_gpt_oss_matches_openai_s_figures(name, total, active):
+    """gpt-oss model card: 21B / 117B parameters, 3.6B / 5.1B active per token; OpenAI's active count
+    leaves out the embedding lookup (the unembedding is counted)."""
+    model = load_model(name)
+    assert abs(model.params - total) <= 0.5e9  # the card rounds to whole billions
+    assert abs(model.active_params - model.vocab_size * model.hidden_size - active) <= 0.1e9
 
 
 @pytest.mark.parametrize(("name", "total", "active", "tolerance"), PUBLISHED)

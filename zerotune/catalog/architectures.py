@@ -47,6 +47,8 @@ Family = Literal[
     "gemma3",
     "deepseek_v2",
     "deepseek_v3",
+    "gpt_oss",
+    "olmo2",
     "phi3",
     "falcon",
     "gpt2",
@@ -136,6 +138,11 @@ class Architecture(BaseModel):
     qk_norm: bool = Field(
         False, description="RMSNorm over each head's q and k (weights [head_dim] each: Qwen3, Gemma 3)"
     )
+    qk_norm_per_head: bool = Field(
+        True, description="false: one RMSNorm over all heads' q [H·d] and one over k [Hkv·d] (OLMo 2)"
+    )
+    attention_sinks: bool = Field(False, description="a learned sink logit per head, [H] (gpt-oss)")
+    router_bias: bool = Field(False, description="bias on the MoE router [E] (gpt-oss)")
     qkv_bias: bool = False
     out_bias: bool = Field(False, description="bias on the attention output projection")
     mlp_bias: bool = False
@@ -230,8 +237,11 @@ def _attention(arch: Architecture) -> list[int]:
         qkv = _linear(h, q + 2 * kv, arch.qkv_bias)
     else:
         qkv = _linear(h, q, arch.qkv_bias) + 2 * _linear(h, kv, arch.qkv_bias)
-    qk_norm = [d, d] if arch.qk_norm else []  # Qwen3Attention q_norm, k_norm: one [head_dim] weight each
-    return qkv + qk_norm + _linear(q, h, arch.out_bias)
+    qk_norm = []
+    if arch.qk_norm:  # Qwen3/Gemma 3: q_norm, k_norm of [head_dim]; OLMo 2: of [H·d] and [Hkv·d]
+        qk_norm = [d, d] if arch.qk_norm_per_head else [q, kv]
+    sinks = [arch.heads] if arch.attention_sinks else []  # GptOssAttention.sinks
+    return qkv + qk_norm + _linear(q, h, arch.out_bias) + sinks
 
 
 def _mlp(arch: Architecture, ffn: int | None = None) -> list[int]:
@@ -252,7 +262,7 @@ def _decoder_layers(arch: Architecture) -> list[LayerSpec]:
     mlp = _mlp(arch)
     # MoE: router [E, h] (no bias; DeepSeek-V3's e_score_correction_bias is a buffer), then E experts
     if arch.experts > 1:
-        mlp = [arch.experts * h] + mlp * arch.experts
+        mlp = _linear(h, arch.experts, arch.router_bias) + mlp * arch.experts
     if arch.shared_expert_ffn:  # shared expert (gated MLP, no bias); Qwen2-MoE adds its sigmoid gate [1, h]
         mlp += 3 * _linear(h, arch.shared_expert_ffn, False) + ([h] if arch.family == "qwen2_moe" else [])
     attention = _attention(arch)

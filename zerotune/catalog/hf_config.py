@@ -25,6 +25,7 @@ from zerotune.errors import InputError
 _MODEL_TYPES = {family: family for family in FAMILIES} | {"RefinedWeb": "falcon", "RefinedWebModel": "falcon"}
 _LLAMA_LIKE = (
     "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma", "gemma2", "gemma3_text", "phi3",
+    "olmo2",
 )  # fmt: skip
 _DEEPSEEK = ("deepseek_v2", "deepseek_v3")
 GEMMA3_TEXT_DEFAULTS = {
@@ -128,7 +129,7 @@ def _llama_like(get: _Getter, family: str) -> dict[str, Any]:
     head_dim = get("head_dim", default=256 if family in ("gemma", "gemma2", "gemma3_text") else None)
     # Llama: attention_bias also on o_proj; Qwen3, Gemma 3: on q/k/v/o alike (Qwen3Attention,
     # Gemma3Attention, default False)
-    biased = ("llama", "qwen3", "qwen3_moe", "gemma3_text")
+    biased = ("llama", "qwen3", "qwen3_moe", "gemma3_text", "olmo2")
     attention_bias = family in biased and get("attention_bias", default=False)
     return dict(
         layers=get("num_hidden_layers"),
@@ -150,7 +151,8 @@ def _llama_like(get: _Getter, family: str) -> dict[str, Any]:
         fused_qkv=family == "phi3",
         fused_gate_up=family == "phi3",
         qkv_bias=family in ("qwen2", "qwen2_moe") or attention_bias,
-        qk_norm=family in ("qwen3", "qwen3_moe", "gemma3_text"),
+        qk_norm=family in ("qwen3", "qwen3_moe", "gemma3_text", "olmo2"),
+        qk_norm_per_head=family != "olmo2",  # Olmo2Attention: q_norm [H·d], k_norm [Hkv·d]
         out_bias=attention_bias,
         mlp_bias=family == "llama" and get("mlp_bias", default=False),
         position="rope",
@@ -225,6 +227,35 @@ def _deepseek(get: _Getter, family: str) -> dict[str, Any]:
         out_bias=get("attention_bias", default=False),
         position="rope",
         max_positions=get("max_position_embeddings", default=4096 if v3 else 2048),
+    )
+
+
+def _gpt_oss(get: _Getter, family: str) -> dict[str, Any]:
+    """gpt-oss (GptOssConfig defaults): biased q/k/v/o and a sink logit per head; every block an MoE of
+    `num_local_experts` experts of `intermediate_size`, each with biased gate/up/down (transformers fuses them
+    into gate_up_proj [E, h, 2f] + bias and down_proj [E, f, h] + bias, the same numbers), and a biased
+    router. Counted in bf16 as fine-tuning loads it (the MXFP4 checkpoint dequantized)."""
+    bias = get("attention_bias", default=True)
+    return dict(
+        layers=get("num_hidden_layers", default=36),
+        hidden=get("hidden_size", default=2880),
+        heads=get("num_attention_heads", default=64),
+        kv_heads=get("num_key_value_heads", default=8),
+        head_dim=get("head_dim", default=64),
+        ffn=get("intermediate_size", default=2880),
+        vocab=get("vocab_size", default=201088),
+        tied_embeddings=get("tie_word_embeddings", default=False),
+        gated_mlp=True,
+        experts=get("num_local_experts", default=128),
+        experts_per_token=get("num_experts_per_tok", default=4),
+        norm="rmsnorm",
+        qkv_bias=bias,
+        out_bias=bias,
+        mlp_bias=True,
+        router_bias=True,
+        attention_sinks=True,
+        position="rope",
+        max_positions=get("max_position_embeddings", default=131072),
     )
 
 
@@ -379,6 +410,7 @@ _PARSERS = {family: _llama_like for family in _LLAMA_LIKE} | {
     "gemma3": _gemma3,
     "deepseek_v2": _deepseek,
     "deepseek_v3": _deepseek,
+    "gpt_oss": _gpt_oss,
     "falcon": _falcon,
     "gpt2": _gpt2,
     "gpt_neox": _gpt_neox,
@@ -398,6 +430,8 @@ _DEFAULT_CLASS = {
     "gemma3": "Gemma3ForConditionalGeneration",
     "deepseek_v2": "DeepseekV2ForCausalLM",
     "deepseek_v3": "DeepseekV3ForCausalLM",
+    "gpt_oss": "GptOssForCausalLM",
+    "olmo2": "Olmo2ForCausalLM",
     "gpt_neox": "GPTNeoXForCausalLM",
     "phi3": "Phi3ForCausalLM",
     "falcon": "FalconForCausalLM",
@@ -456,6 +490,19 @@ def to_hf_config(arch: Architecture) -> dict[str, Any]:
             "attention_bias": arch.qkv_bias,
             "max_position_embeddings": arch.max_positions or 4096,
         }
+    if arch.family == "gpt_oss":
+        return common | {
+            "hidden_size": arch.hidden,
+            "num_hidden_layers": arch.layers,
+            "num_attention_heads": arch.heads,
+            "num_key_value_heads": arch.n_kv_heads,
+            "head_dim": arch.d_head,
+            "intermediate_size": arch.ffn,
+            "num_local_experts": arch.experts,
+            "num_experts_per_tok": arch.experts_per_token,
+            "attention_bias": arch.qkv_bias,
+            "max_position_embeddings": arch.max_positions or 131072,
+        }
     if arch.family in _LLAMA_LIKE:
         cfg = common | {
             "hidden_size": arch.hidden,
@@ -469,7 +516,7 @@ def to_hf_config(arch: Architecture) -> dict[str, Any]:
             cfg["max_position_embeddings"] = arch.max_positions
         if arch.family == "llama":
             cfg |= {"attention_bias": arch.qkv_bias, "mlp_bias": arch.mlp_bias}
-        if arch.family in ("qwen3", "qwen3_moe", "gemma3_text"):
+        if arch.family in ("qwen3", "qwen3_moe", "gemma3_text", "olmo2"):
             cfg |= {"attention_bias": arch.qkv_bias}
         if arch.family == "qwen3_moe":
             cfg |= {

@@ -38,10 +38,11 @@ class Facts:
 
 RMSNORM_FAMILIES = (
     "llama", "mistral", "mixtral", "qwen2", "gemma", "phi3",
-    "qwen3", "qwen3_moe", "gemma3_text", "gemma3", "deepseek_v2", "deepseek_v3",
+    "qwen3", "qwen3_moe", "gemma3_text", "gemma3", "deepseek_v2", "deepseek_v3", "gpt_oss", "olmo2",
 )  # fmt: skip
 """Families whose HF blocks use the fp32-upcasting RMSNorm (T5's variant is not a decoder LM here):
-Qwen3RMSNorm, Gemma3RMSNorm and DeepseekV3RMSNorm upcast to fp32 as LlamaRMSNorm does."""
+Qwen3RMSNorm, Gemma3RMSNorm, DeepseekV3RMSNorm, GptOssRMSNorm and Olmo2RMSNorm upcast to fp32 as
+LlamaRMSNorm does."""
 
 
 _FACTS: dict[tuple, Facts] = {}
