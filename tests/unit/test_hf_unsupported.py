@@ -22,7 +22,7 @@ from zerotune.errors import InputError
         ({"model_type": "internlm2", "architectures": ["InternLM2ForCausalLM"],
           "auto_map": {"AutoModelForCausalLM": "modeling_internlm2.InternLM2ForCausalLM"}}, "llama"),
         ({"model_type": "minimax", "num_local_experts": 32}, "mixtral"),
-        ({"model_type": "olmo2", "architectures": ["Olmo2ForCausalLM"]}, "llama"),
+        ({"model_type": "olmo3", "architectures": ["Olmo3ForCausalLM"]}, "olmo2"),  # same tensors as OLMo 2
     ],
 )  # fmt: skip
 def test_closest_supported_family(config, closest):
