@@ -2,27 +2,42 @@
 
 An `Architecture` is what a catalog profile (profiles/models/*.yaml) or a parsed Hugging Face
 config.json says about a model: dimensions plus the handful of structural switches in which the
-thirteen supported families differ. `build_model` lists the numel of every parameter tensor, module by
+supported families differ. `build_model` lists the numel of every parameter tensor, module by
 module, so counts are computed, never typed in; they equal transformers' own
-`sum(p.numel() for p in model.parameters())` (tests/golden/hf_param_counts.json).
+`sum(p.numel() for p in model.parameters())` (tests/golden/hf_param_counts.json, transformers 5.24).
 
 Shapes were read from transformers' modeling files (models/<family>/modeling_<family>.py):
 
-- decoder-only (llama, mistral, mixtral, qwen2, qwen2_moe, gemma, gemma2, phi3, falcon, gpt2,
-  gpt_neox, bloom): token embedding [V, h] (+ learned positions [P, h] for GPT-2, + a LayerNorm for
-  BLOOM); per block an attention norm, q [H·d, h], k and v [Hkv·d, h] (one fused tensor for
-  Phi-3/Falcon/GPT-2/GPT-NeoX/BLOOM), o [h, H·d], an MLP norm, then gate/up [f, h] (fused for Phi-3)
-  and down [h, f], or up/down for plain MLPs; Gemma 2 adds a post-attention and a post-feedforward
-  RMSNorm (4 per block); Mixtral and Qwen2-MoE add a router [E, h] and E experts, Qwen2-MoE also a
-  shared expert (gate/up/down of its own size) and its gate [1, h]; a final norm; lm_head [V, h]
+- decoder-only (llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gemma, gemma2,
+  gemma3_text, phi3, olmo2, gpt_oss, falcon, gpt2, gpt_neox, bloom): token embedding [V, h] (+ learned
+  positions [P, h] for GPT-2, + a LayerNorm for BLOOM); per block an attention norm, q [H·d, h], k and v
+  [Hkv·d, h] (one fused tensor for Phi-3/Falcon/GPT-2/GPT-NeoX/BLOOM), o [h, H·d], an MLP norm, then
+  gate/up [f, h] (fused for Phi-3) and down [h, f], or up/down for plain MLPs; Gemma 2 and Gemma 3 add a
+  post-attention and a post-feedforward RMSNorm (4 per block); Qwen3 and Gemma 3 an RMSNorm [d] over each
+  head's q and k, OLMo 2 one over all of q [H·d] and one over k [Hkv·d] (its two block norms sit after
+  attention and MLP); gpt-oss biases q/k/v/o and adds a sink logit per head [H]; Mixtral, Qwen2/3-MoE
+  and gpt-oss add a router [E, h] (biased for gpt-oss) and E experts (biased for gpt-oss), Qwen2-MoE
+  also a shared expert (gate/up/down of its own size) and its gate [1, h]; a final norm; lm_head [V, h]
   unless tied (GPT-NeoX: embed_out).
+- DeepSeek-V2/V3 (modeling_deepseek_v2.py, modeling_deepseek_v3.py): multi-head latent attention
+  (`MLA`: q_a [r_q, h] -> RMSNorm [r_q] -> q_b [H·(d_nope + d_rope), r_q], or one q_proj when r_q is
+  None; kv_a [r_kv + d_rope, h] -> RMSNorm [r_kv] -> kv_b [H·(d_nope + d_v), r_kv]; o [h, H·d_v]);
+  the first `first_k_dense_replace` blocks have a dense MLP of intermediate_size, the others a router
+  [E, h], E routed experts of moe_intermediate_size and one shared MLP of n_shared x that size. V3's
+  router e_score_correction_bias is a buffer (not counted, as transformers does not); the checkpoint's
+  multi-token-prediction block is not part of transformers' model and is not counted.
+- Gemma 3 multimodal (modeling_gemma3.py Gemma3ForConditionalGeneration, modeling_siglip.py): the
+  gemma3_text language model plus the SigLIP vision tower (patch Conv2d with bias, learned positions,
+  LayerNorm/q/k/v/out/fc1/fc2 with biases per encoder layer, post LayerNorm) and the projector
+  ([vision hidden, text hidden] + an RMSNorm), listed as `vision` layers: they hold ZeRO states and
+  take no FLOPs in text-only batches.
 - T5 (modeling_t5.py): shared embedding [V, h]; encoder blocks (self-attention + FF) and decoder
   blocks (self-attention + cross-attention + FF), each sub-layer with an RMS-style T5LayerNorm;
   the relative position bias [buckets, H] only in the first block of each stack; no biases.
 
-LayerNorm has weight and bias; RMSNorm (and T5LayerNorm) a weight only. Mixtral's experts are
-listed as the checkpoint stores them, three [f, h] matrices per expert; transformers 5 fuses each
-layer's experts into two 3-D tensors (gate_up [E, 2f, h], down [E, h, f]) of the same total size.
+LayerNorm has weight and bias; RMSNorm (and T5LayerNorm) a weight only. MoE experts are listed as the
+checkpoints store them, three [f, h] matrices (and biases) per expert; transformers 5 fuses each layer's
+experts into two 3-D tensors (gate_up [E, 2f, h], down [E, h, f]) of the same total size.
 """
 
 from __future__ import annotations
