@@ -191,7 +191,9 @@ def _deepseek(get: _Getter, family: str) -> dict[str, Any]:
     `first_k_dense_replace` blocks with a dense MLP, the others a router, `n_routed_experts` routed experts
     and `n_shared_experts` shared ones (one MLP of n_shared x moe_intermediate_size). The checkpoint's
     multi-token-prediction block (num_nextn_predict_layers) is not part of transformers' model, so it is
-    not counted; V3's e_score_correction_bias is a buffer, not a parameter."""
+    not counted; V3's e_score_correction_bias is a buffer in transformers (DeepseekV3TopkRouter), not a
+    parameter (the checkpoint's own remote code, MoEGate under trust_remote_code, makes it an nn.Parameter:
+    58 x 256 = 14,848 more for V3, 2e-8 of the total)."""
     v3 = family == "deepseek_v3"
     if get("mlp_bias", default=False) or get("moe_layer_freq", default=1) != 1:
         raise InputError(
