@@ -112,3 +112,20 @@ def test_predict_runs_and_is_physical(cli, tmp_path, name):
     out = json.loads(res.stdout)
     print(json.dumps(out)[:600])
     assert 0 < out["mfu"] < 1
+
+
+def test_mla_attention_activations_count_the_latent_path_and_wide_heads():
+    """DeepSeek-V3, per token: 2h (norm input, projections' input) + 2·1536 (q_a out, its norm) + 576 + 512
+    (kv_a out, its norm) + 128·256 (kv_b out) + 2·128·192 (q, k as the kernel gets them) + 128·128 (o input):
+    2.7x the 6h a q/k/v of H·d = h would keep. Other families keep the Llama layout (None)."""
+    from zerotune.model.activations import layer_activation_bytes
+
+    v3 = load_model("deepseek-v3")
+    width = 2 * 7168 + 2 * 1536 + 576 + 512 + 128 * 256 + 2 * 128 * 192 + 128 * 128
+    assert v3.attention_activation_width == width == 116_800
+    assert load_model("qwen3-8b").attention_activation_width is None
+    s, b, h = 4096, 1, 7168
+    common = dict(kv_heads=128, ffn=2048, gated=True, experts_per_token=8)
+    mla = layer_activation_bytes(s, b, h, 128, attention_width=width, **common)
+    plain = layer_activation_bytes(s, b, h, 128, **common)
+    assert mla - plain == 2 * s * b * (width - 6 * h)

@@ -211,6 +211,7 @@ def build_model(arch: Architecture) -> ModelSpec:
         num_kv_heads=arch.n_kv_heads,
         head_dim=arch.d_head,
         v_head_dim=arch.mla.v_head_dim if arch.mla else None,
+        attention_activation_width=_mla_activation_width(arch, arch.mla) if arch.mla else None,
         ffn_size=arch.ffn,
         vocab_size=arch.vocab,
         tied_embeddings=arch.tied_embeddings,
@@ -241,6 +242,24 @@ def _mla(arch: Architecture, m: MLA) -> list[int]:
     kv = _linear(h, m.kv_lora_rank + m.qk_rope_head_dim, bias) + [m.kv_lora_rank]
     kv += _linear(m.kv_lora_rank, heads * (m.qk_nope_head_dim + m.v_head_dim), False)
     return q + kv + _linear(heads * m.v_head_dim, h, bias)
+
+
+def _mla_activation_width(arch: Architecture, m: MLA) -> int:
+    """Elements per token DeepseekV3Attention's forward keeps for backward: the input norm's input and the
+    projections' shared input (2h); q_a's output and its RMSNorm's (2 r_q, when queries are low-rank);
+    kv_a's output (r_kv + d_rope) and its RMSNorm's (r_kv); kv_b's output, alive through the value view
+    (H·(d_nope + d_v)); the concatenated queries and keys the kernel gets (2 H·d_qk); the output
+    projection's input (H·d_v). Rotary embedding multiplies by cos/sin, which keep nothing of the input."""
+    heads, qk = arch.heads, m.qk_nope_head_dim + m.qk_rope_head_dim
+    q_latent = 2 * m.q_lora_rank if m.q_lora_rank else 0
+    kv_latent = m.kv_lora_rank + m.qk_rope_head_dim + m.kv_lora_rank
+    return (
+        2 * arch.hidden
+        + q_latent
+        + kv_latent
+        + heads * (m.qk_nope_head_dim + m.v_head_dim)
+        + heads * (2 * qk + m.v_head_dim)
+    )
 
 
 def _attention(arch: Architecture) -> list[int]:

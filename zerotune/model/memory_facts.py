@@ -34,6 +34,8 @@ class Facts:
     vocab: int
     experts_per_token: int
     rms_norm: bool
+    attention_width: int | None = None
+    """MLA: elements per token its attention keeps (ModelSpec.attention_activation_width)."""
 
 
 RMSNORM_FAMILIES = (
@@ -77,6 +79,7 @@ def facts_of(model: ModelSpec) -> Facts:
             vocab=model.vocab_size,
             experts_per_token=max(1, model.experts_per_token),
             rms_norm=model.family.split("-")[0] in RMSNORM_FAMILIES,
+            attention_width=model.attention_activation_width,
         )
         _FACTS[key] = facts
     return facts
@@ -130,6 +133,7 @@ def activations_of(
         repeat_kv=attention == "eager" and facts.kv_heads < facts.heads,
         plain_rmsnorm=rmsnorm == "plain" and facts.rms_norm,
         checkpoint_in_cpu=checkpoint_in_cpu,
+        attention_width=facts.attention_width,
     )
 
 

@@ -49,6 +49,9 @@ class ModelSpec(BaseModel):
     num_kv_heads: int
     head_dim: int = Field(description="per-head size of queries and keys (MLA: nope + rope part)")
     v_head_dim: int | None = Field(None, description="per-head size of values when it differs (MLA)")
+    attention_activation_width: int | None = Field(
+        None, description="MLA: elements per token its attention keeps for backward (default: q/k/v of H·d = h)"
+    )
     ffn_size: int = Field(description="MLP intermediate size (per expert for MoE)")
     vocab_size: int
     tied_embeddings: bool
