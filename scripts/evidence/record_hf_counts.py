@@ -6,8 +6,12 @@ zerotune.catalog.hf_config.to_hf_config) and each fixture config.json
 no download) and counted as `sum(p.numel() for p in model.parameters())`, which counts tied
 weights once. The tests compare zerotune's computed counts with these numbers.
 
-Needs transformers and torch (not zerotune dependencies): `pip install transformers`, then
-    .venv/bin/python scripts/evidence/record_hf_counts.py [--check]
+Buffers are not parameters and are not counted (DeepSeek-V3's router e_score_correction_bias,
+rotary inv_freq, SigLIP's position_ids), as DeepSpeed does not partition them either.
+
+Needs transformers and torch (not zerotune dependencies), best in a venv of their own:
+    python3 -m venv /tmp/tfvenv && /tmp/tfvenv/bin/pip install torch transformers pydantic pyyaml hjson
+    PYTHONPATH=. /tmp/tfvenv/bin/python scripts/evidence/record_hf_counts.py [--check]
 --check recomputes and compares without writing (exit 1 on a difference).
 """
 

@@ -62,10 +62,12 @@ def test_config_round_trips(name):
 def test_unsupported_moe_layouts_and_types_say_what_is_supported():
     with pytest.raises(InputError, match="dense layers"):
         parse_hf_config({"model_type": "qwen2_moe", "mlp_only_layers": [0], "hidden_size": 8}, name="x")
-    with pytest.raises(InputError) as exc:
+    with pytest.raises(InputError, match="moe_layer_freq"):
+        parse_hf_config({"model_type": "deepseek_v2", "moe_layer_freq": 2}, name="x")
+    with pytest.raises(InputError, match="vision_use_head"):
+        parse_hf_config({"model_type": "gemma3", "vision_config": {"vision_use_head": True}}, name="x")
+    with pytest.raises(InputError, match="closest supported: llama"):
         parse_hf_config({"model_type": "mamba"}, name="x")
-    for family in ("gemma2", "gpt_neox", "qwen2_moe", "phi3"):
-        assert family in (exc.value.hint or "")
 
 
 @pytest.mark.parametrize(

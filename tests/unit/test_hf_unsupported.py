@@ -3,6 +3,9 @@ how to map it (issue 18)."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from zerotune.catalog.hf_config import closest_family, parse_hf_config
@@ -12,21 +15,45 @@ from zerotune.errors import InputError
 @pytest.mark.parametrize(
     ("config", "closest"),
     [
-        ({"model_type": "gemma3_text", "architectures": ["Gemma3ForCausalLM"]}, "gemma"),
+        # Kimi K2 ships DeepSeek-V3's blocks under its own model_type and remote code
+        ({"model_type": "kimi_k2", "architectures": ["DeepseekV3ForCausalLM"],
+          "auto_map": {"AutoConfig": "configuration_deepseek.DeepseekV3Config"}}, "deepseek_v3"),
         ({"model_type": "qwen3_next", "architectures": ["Qwen3NextForCausalLM"]}, "qwen3_moe"),
-        ({"model_type": "deepseek_v3", "auto_map": {"AutoConfig": "configuration_deepseek.DeepseekV3Config"},
-          "n_routed_experts": 256}, "mixtral"),
-        ({"model_type": "internlm2", "architectures": ["InternLM2ForCausalLM"]}, "llama"),
+        ({"model_type": "internlm2", "architectures": ["InternLM2ForCausalLM"],
+          "auto_map": {"AutoModelForCausalLM": "modeling_internlm2.InternLM2ForCausalLM"}}, "llama"),
+        ({"model_type": "minimax", "num_local_experts": 32}, "mixtral"),
+        ({"model_type": "olmo3", "architectures": ["Olmo3ForCausalLM"]}, "olmo2"),  # same tensors as OLMo 2
     ],
 )  # fmt: skip
 def test_closest_supported_family(config, closest):
     assert closest_family(config) == closest
     with pytest.raises(InputError) as err:
         parse_hf_config(config, "config.json")
-    assert f"closest supported: {closest}" in err.value.message
-    assert "\n" not in err.value.message
-    assert f'"model_type": "{closest}"' in err.value.hint and "--params" in err.value.hint
-    assert ("remote code" in err.value.message) == ("auto_map" in config)
+    message = err.value.message
+    assert f"closest supported: {closest}" in message
+    assert f'"model_type": "{closest}"' in message and "--params" in message  # how to map it, same line
+    assert "\n" not in message and err.value.hint is None
+    assert ("remote code" in message) == ("auto_map" in config)
+
+
+def test_remote_code_config_is_one_line_and_exit_2(cli, tmp_path):
+    remote = {"AutoModelForCausalLM": "modeling_deepseek.DeepseekV3ForCausalLM"}
+    config = {"model_type": "kimi_k2", "architectures": ["DeepseekV3ForCausalLM"], "auto_map": remote}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    res = cli("memory", "--model", tmp_path, "--gpus", "8")
+    assert res.code == 2
+    assert res.stderr.strip().count("\n") == 0, res.stderr
+    assert "remote code" in res.stderr and '"model_type": "deepseek_v3"' in res.stderr
+
+
+def test_a_known_model_type_with_remote_code_is_parsed():
+    """DeepSeek-V2-Lite's config.json has auto_map (its own modeling code) but transformers' deepseek_v2
+    builds the same tensors: a known model_type wins over auto_map."""
+    from zerotune.catalog.models import load_model
+
+    path = Path(__file__).resolve().parents[1] / "fixtures" / "hf_configs" / "deepseek-v2-lite-chat.json"
+    assert "auto_map" in json.loads(path.read_text())
+    assert load_model(str(path)).params == load_model("deepseek-v2-lite").params
 
 
 # Qwen3 config.json values (https://huggingface.co/Qwen/Qwen3-8B, Qwen3-0.6B, Qwen3-30B-A3B: config.json) and

@@ -301,19 +301,23 @@ def _aliases(catalog: dict[str, Path]) -> dict[str, str]:
     return table
 
 
-_FINE_TUNE_SUFFIXES = frozenset({"hf", "chat", "instruct", "it", "base"})
+_FINE_TUNE_SUFFIXES = frozenset({"hf", "chat", "instruct", "it", "base", "thinking"})
 """Trailing name parts of Hugging Face ids that name a variant with its base's shapes: the "-hf"
-conversions and chat/instruction fine-tunes (Llama-2-7b-chat-hf, Meta-Llama-3-8B-Instruct, gemma-7b-it)."""
+conversions and chat/instruction/reasoning fine-tunes (Llama-2-7b-chat-hf, Meta-Llama-3-8B-Instruct,
+gemma-3-27b-it, Qwen3-30B-A3B-Thinking-2507)."""
 
 
 def _key(name: str) -> str:
-    """Lower case, no org prefix or separators, without fine-tune suffixes (and an instruct release's
-    version): "meta-llama/Llama-2-7b-chat-hf" -> "llama27b", "Mistral-7B-Instruct-v0.2" -> "mistral7b"."""
+    """Lower case, no org prefix or separators, without fine-tune suffixes (and a fine-tune release's
+    version or YYMM date): "meta-llama/Llama-2-7b-chat-hf" -> "llama27b", "Mistral-7B-Instruct-v0.2" ->
+    "mistral7b", "Qwen3-30B-A3B-Instruct-2507" -> "qwen330ba3b"."""
     name = name.strip().lower().rsplit("/", 1)[-1]
     tokens = [t for t in re.split(r"[-_ ]", name) if t]
     while len(tokens) > 1:
         last = tokens[-1]
-        versioned = re.fullmatch(r"v\d+(\.\d+)*", last) and len(tokens) > 2 and tokens[-2] in ("chat", "instruct")
+        versioned = (
+            re.fullmatch(r"v\d+(\.\d+)*|\d{4}", last) and len(tokens) > 2 and tokens[-2] in _FINE_TUNE_SUFFIXES
+        )
         if last not in _FINE_TUNE_SUFFIXES and not versioned:
             break
         tokens.pop()

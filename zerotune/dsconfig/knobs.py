@@ -86,7 +86,8 @@ def reduce_bucket_grid(basis: GridBasis) -> tuple[int, ...]:
     (DeepSpeed 0.19.8's default use_multi_rank_bucket_allreduce, model/comm.py): both saturating
     sizes are in. At most 8 values, always keeping 1 and 2 blocks and the saturating sizes."""
     block, sats = basis.block, basis.saturating
-    lo, hi = max(1_000_000, block // 8), max(2_000_000, min(basis.params, 1_000_000_000))
+    hi = max(2_000_000, min(basis.params, 1_000_000_000))
+    lo = min(max(1_000_000, block // 8), hi)  # an MoE block past 8e9 (DeepSeek-V3: 11.3e9) keeps the cap
     anchors = [int(block * k) for k in (0.5, 1, 2, 3, 4)]
     reduce = [v for v in anchors + log_points(lo, hi) + list(sats) if lo <= v <= hi]
     keep = tuple(v for v in (int(block), int(2 * block), *sats) if v and lo <= v <= hi)

@@ -106,8 +106,13 @@ def layer_activation_bytes(
     fused_swiglu: bool = False,
     repeat_kv: bool = False,
     plain_rmsnorm: bool = False,
+    attention_width: int | None = None,
 ) -> int:
     """Bytes one transformer block keeps for backward (Korthikanti et al. 2022, Sec. 4.1, generalised).
+
+    `attention_width`: elements per token the attention sub-layer keeps (its norm's input through the
+    output projection's input) where the layout is not q/k/v of H·d = h: DeepSeek's MLA
+    (ModelSpec.attention_activation_width, counted in zerotune/catalog/architectures.py).
 
     With `ffn=4h`, `kv_heads=heads`, `gated=False`, `elem_bytes=2`, `dropout=True`, `flash=False`
     this is exactly their s·b·h·(34 + 5·a·s/h). The HF-kernel terms (module docstring, "HF
@@ -122,7 +127,10 @@ def layer_activation_bytes(
     sbh = seq * micro * hidden
     mask = 1 if dropout else 0
     # Attention: layer-norm input, QKV input, Q, K, V, output-projection input, output dropout mask.
-    attention = e * sbh * 4 + 2 * e * sbh * kv // heads + mask * sbh
+    if attention_width is None:
+        attention = e * sbh * 4 + 2 * e * sbh * kv // heads + mask * sbh
+    else:
+        attention = e * seq * micro * attention_width + mask * sbh
     if flash:
         attention += 4 * heads * seq * micro  # fp32 log-sum-exp per row
     else:
@@ -173,6 +181,7 @@ def activation_bytes(
     repeat_kv: bool = False,
     plain_rmsnorm: bool = False,
     checkpoint_in_cpu: bool = False,
+    attention_width: int | None = None,
 ) -> int:
     """Peak activation bytes per GPU for one micro-batch (no tensor/sequence parallelism).
 
@@ -196,6 +205,7 @@ def activation_bytes(
         fused_swiglu=fused_swiglu,
         repeat_kv=repeat_kv,
         plain_rmsnorm=plain_rmsnorm,
+        attention_width=attention_width,
     )
     head = head_activation_bytes(seq, micro, hidden, vocab, elem_bytes=e, cross_entropy=cross_entropy)
     if checkpointing:

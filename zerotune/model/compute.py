@@ -95,7 +95,7 @@ class LayerFlops:
         return (4 if recompute else 3) * self.forward_flops(tokens, seq_len)
 
 
-def dense_block_flops(matrix_params: int, heads: int, head_dim: int, *, name: str = "block") -> LayerFlops:
+def dense_block_flops(matrix_params: int, heads: int, head_dim: float, *, name: str = "block") -> LayerFlops:
     """One transformer block: 2 FLOPs per matrix parameter plus 4·H·Q attention FLOPs per position."""
     return LayerFlops(name, "block", 2.0 * max(matrix_params, 0), 4.0 * heads * head_dim)
 
@@ -111,12 +111,13 @@ def is_matrix(numel: int, model: ModelSpec) -> bool:
     return numel > widest
 
 
-def _idle_expert_params(model: ModelSpec) -> int:
-    """Expert-MLP parameters of one block that a token does not pass through."""
-    if model.num_experts <= 1:
+def _idle_expert_params(model: ModelSpec, layer: LayerSpec) -> int:
+    """Expert-MLP parameters of one block that a token does not pass through (none in a dense block,
+    e.g. DeepSeek's first_k_dense_replace blocks)."""
+    if layer.experts <= 1:
         return 0
     expert = (3 if model.gated_mlp else 2) * model.hidden_size * model.ffn_size
-    return (model.num_experts - model.experts_per_token) * expert
+    return (layer.experts - model.experts_per_token) * expert
 
 
 def layer_flops(model: ModelSpec, layer: LayerSpec) -> LayerFlops:
@@ -125,10 +126,13 @@ def layer_flops(model: ModelSpec, layer: LayerSpec) -> LayerFlops:
         return LayerFlops(layer.name, layer.kind, 0.0, 0.0)
     if layer.kind == "head":
         return LayerFlops(layer.name, layer.kind, 2.0 * model.vocab_size * model.hidden_size, 0.0)
-    if layer.kind == "norm":
+    if layer.kind in ("norm", "vision"):  # vision: an image encoder that text-only batches never run
         return LayerFlops(layer.name, layer.kind, 0.0, 0.0)
-    matrices = sum(t for t in layer.tensors if is_matrix(t, model)) - _idle_expert_params(model)
-    block = dense_block_flops(matrices, model.num_heads, model.head_dim, name=layer.name)
+    matrices = sum(t for t in layer.tensors if is_matrix(t, model)) - _idle_expert_params(model, layer)
+    # MLA (DeepSeek): scores over the q/k head size, A.V over the value head size: 2·H·(d_qk + d_v)
+    # per position, which 4·H·d gives with d their mean
+    head_dim = (model.head_dim + (model.v_head_dim or model.head_dim)) / 2
+    block = dense_block_flops(matrices, model.num_heads, head_dim, name=layer.name)
     attention = block.attention_flops_per_seq
     if layer.kind == "decoder_block" and model.family == "t5":
         attention *= 2  # self-attention and cross-attention

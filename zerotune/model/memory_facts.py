@@ -34,10 +34,17 @@ class Facts:
     vocab: int
     experts_per_token: int
     rms_norm: bool
+    attention_width: int | None = None
+    """MLA: elements per token its attention keeps (ModelSpec.attention_activation_width)."""
 
 
-RMSNORM_FAMILIES = ("llama", "mistral", "mixtral", "qwen2", "gemma", "phi3")
-"""Families whose HF blocks use the fp32-upcasting RMSNorm (T5's variant is not a decoder LM here)."""
+RMSNORM_FAMILIES = (
+    "llama", "mistral", "mixtral", "qwen2", "gemma", "phi3",
+    "qwen3", "qwen3_moe", "gemma3_text", "gemma3", "deepseek_v2", "deepseek_v3", "gpt_oss", "olmo2",
+)  # fmt: skip
+"""Families whose HF blocks use the fp32-upcasting RMSNorm (T5's variant is not a decoder LM here):
+Qwen3RMSNorm, Gemma3RMSNorm, DeepseekV3RMSNorm, GptOssRMSNorm and Olmo2RMSNorm upcast to fp32 as
+LlamaRMSNorm does."""
 
 
 _FACTS: dict[tuple, Facts] = {}
@@ -72,6 +79,7 @@ def facts_of(model: ModelSpec) -> Facts:
             vocab=model.vocab_size,
             experts_per_token=max(1, model.experts_per_token),
             rms_norm=model.family.split("-")[0] in RMSNORM_FAMILIES,
+            attention_width=model.attention_activation_width,
         )
         _FACTS[key] = facts
     return facts
@@ -125,6 +133,7 @@ def activations_of(
         repeat_kv=attention == "eager" and facts.kv_heads < facts.heads,
         plain_rmsnorm=rmsnorm == "plain" and facts.rms_norm,
         checkpoint_in_cpu=checkpoint_in_cpu,
+        attention_width=facts.attention_width,
     )
 
 

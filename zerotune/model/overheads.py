@@ -54,11 +54,13 @@ def hooked_modules(model: ModelSpec, layer: LayerSpec) -> int:
     DeepSpeed leaf modules by default (one hook for the whole expert set: docs/deepspeed-facts.md §4.2)."""
     if layer.kind == "embedding":
         return EMBEDDING_MODULES
+    if layer.kind == "vision":  # never run by text-only batches: no hooks fire
+        return 0
     if layer.kind in ("norm", "head"):
         return 1
     matrices = sum(1 for t in layer.tensors if is_matrix(t, model))
-    if model.num_experts > 1:
-        matrices = max(matrices - model.num_experts * (3 if model.gated_mlp else 2), 0) + 1
+    if layer.experts > 1:
+        matrices = max(matrices - layer.experts * (3 if model.gated_mlp else 2), 0) + 1
     return matrices + BLOCK_EXTRA_MODULES
 
 

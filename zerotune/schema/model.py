@@ -12,7 +12,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-LayerKind = Literal["embedding", "block", "encoder_block", "decoder_block", "norm", "head"]
+LayerKind = Literal["embedding", "block", "encoder_block", "decoder_block", "norm", "head", "vision"]
+"""`vision`: a module of a multimodal model's image encoder (Gemma 3's SigLIP tower and projector). Its
+parameters hold ZeRO states like any other; text-only batches never run it, so it has no FLOPs."""
 
 
 class LayerSpec(BaseModel):
@@ -28,6 +30,7 @@ class LayerSpec(BaseModel):
     name: str
     kind: LayerKind
     tensors: tuple[int, ...]
+    experts: int = Field(1, ge=1, description="routed experts in this block's MLP (1: a dense block)")
 
     @property
     def params(self) -> int:
@@ -38,13 +41,17 @@ class ModelSpec(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str
-    family: str = Field(description="llama | mistral | mixtral | qwen2 | gemma | phi3 | falcon | gpt2 | bloom | t5 | custom")
+    family: str = Field(description="a catalog family (zerotune.catalog.architectures.Family) or custom")
     source: str | None = None
     num_layers: int = Field(description="transformer blocks (encoder + decoder for T5)")
     hidden_size: int
     num_heads: int
     num_kv_heads: int
-    head_dim: int
+    head_dim: int = Field(description="per-head size of queries and keys (MLA: nope + rope part)")
+    v_head_dim: int | None = Field(None, description="per-head size of values when it differs (MLA)")
+    attention_activation_width: int | None = Field(
+        None, description="MLA: elements per token its attention keeps for backward (default: q/k/v of H·d = h)"
+    )
     ffn_size: int = Field(description="MLP intermediate size (per expert for MoE)")
     vocab_size: int
     tied_embeddings: bool
@@ -84,9 +91,7 @@ class ModelSpec(BaseModel):
 
     @cached_property
     def active_params(self) -> int:
-        """Params used per token: for MoE only `experts_per_token` of `num_experts` experts."""
-        if self.num_experts <= 1:
-            return self.params
+        """Params used per token: in each MoE block only `experts_per_token` of its experts."""
         expert = (3 if self.gated_mlp else 2) * self.hidden_size * self.ffn_size
-        idle = (self.num_experts - self.experts_per_token) * expert * len(self.blocks)
+        idle = sum((block.experts - self.experts_per_token) * expert for block in self.blocks if block.experts > 1)
         return self.params - idle
