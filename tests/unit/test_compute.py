@@ -122,3 +122,34 @@ def test_peak_times_published_mfu_of_the_gpu_generation():
     assert achieved_flops(stated, "fp16")[0] == pytest.approx(25e12)  # the profile's own wins
     unknown = HardwareProfile(name="u", gpus_per_node=1, gpu=GpuSpec(name="y", peak_bf16_flops=1e15))
     assert achieved_flops(unknown, "bf16")[0] == pytest.approx(0.4e15)  # DEFAULT_MFU
+
+
+def test_sibling_mfu_is_the_anchor_on_the_anchor_and_rises_with_bandwidth():
+    from zerotune.model.compute import MATMUL_CEILING, sibling_mfu
+
+    ceiling = MATMUL_CEILING["H100 SXM"][0]
+    h100 = 989.4 / 3.35
+    assert sibling_mfu(0.40, ceiling, h100, h100) == pytest.approx(0.40)
+    # more bandwidth per FLOP: closer to the matmul ceiling, never past it; less: further below
+    assert 0.40 < sibling_mfu(0.40, ceiling, h100, h100 / 8) < ceiling
+    assert sibling_mfu(0.40, ceiling, h100, h100 * 2) < 0.40
+
+
+@pytest.mark.parametrize(
+    ("profile", "anchor_mfu", "ceiling", "anchor", "flops_per_byte"),
+    [
+        ("8xh20", 0.40, "H100 SXM", 989.4 / 3.35, 148 / 4.0),
+        ("h200-node", 0.40, "H100 SXM", 989.4 / 3.35, 989.4 / 4.8),
+        ("dgx-a100-40g", 0.50, "A100 SXM", 312 / 2.039, 312 / 1.555),
+    ],
+)
+def test_derived_profile_mfu_is_the_sibling_rule(profile, anchor_mfu, ceiling, anchor, flops_per_byte):
+    # the profiles state the derived MFU with its arithmetic; it must be what the rule gives, from the
+    # profile's own peak and bandwidth
+    from zerotune.catalog.hardware import load_profile
+    from zerotune.model.compute import MATMUL_CEILING, sibling_mfu
+
+    hw = load_profile(profile)
+    assert hw.gpu.peak_flops("bf16") / hw.gpu.hbm_bandwidth_Bps == pytest.approx(flops_per_byte, rel=1e-3)
+    expected = sibling_mfu(anchor_mfu, MATMUL_CEILING[ceiling][0], anchor, flops_per_byte)
+    assert hw.compute.mfu_assumption == pytest.approx(expected, abs=0.005)

@@ -76,6 +76,26 @@ achieved FLOP/s nor an MFU assumption. Published figures are from well-tuned lar
 per-GPU work runs below them (issue 10), which shape points and calibration capture."""
 
 
+MATMUL_CEILING: dict[str, tuple[float, str]] = {
+    "A100 SXM": (0.859, "267.9 of 312 TFLOP/s"),
+    "H100 SXM": (0.801, "792.1 of 989 TFLOP/s"),
+}
+"""Maximum achievable matmul FLOP/s (MAMF: the best large bf16 matmul measured) over the datasheet peak:
+stas00/ml-engineering compute/accelerator/README.md, 'Maximum Achievable Matmul FLOPS comparison table'."""
+
+
+def sibling_mfu(anchor_mfu: float, ceiling: float, anchor_flops_per_byte: float, flops_per_byte: float) -> float:
+    """Training MFU of a GPU that shares its kernels with an anchor GPU of published MFU but has another
+    peak-FLOP/s-to-HBM-bandwidth ratio (a roofline with two parts): a step's time is its matmuls at the
+    matmul ceiling (`ceiling` x peak: MATMUL_CEILING) plus memory-bound work (norms, activations, softmax,
+    optimizer) whose seconds follow HBM bandwidth, not the peak. The anchor fixes the memory-bound share
+    per FLOP (1/anchor_mfu - 1/ceiling, at its FLOP/byte); the sibling pays it at its own FLOP/byte:
+    a bandwidth-rich, FLOP-capped part (H20) reaches a larger fraction of its peak, a bandwidth-poor one
+    (A100 40GB) a smaller."""
+    memory_bound = (1 / anchor_mfu - 1 / ceiling) * flops_per_byte / anchor_flops_per_byte
+    return 1 / (1 / ceiling + memory_bound)
+
+
 @dataclass(frozen=True)
 class LayerFlops:
     """Forward FLOPs of one module for one token, split so sequence length can vary."""
