@@ -153,3 +153,21 @@ def test_derived_profile_mfu_is_the_sibling_rule(profile, anchor_mfu, ceiling, a
     assert hw.gpu.peak_flops("bf16") / hw.gpu.hbm_bandwidth_Bps == pytest.approx(flops_per_byte, rel=1e-3)
     expected = sibling_mfu(anchor_mfu, MATMUL_CEILING[ceiling][0], anchor, flops_per_byte)
     assert hw.compute.mfu_assumption == pytest.approx(expected, abs=0.005)
+
+
+def test_eager_attention_pays_the_score_round_trips_the_fused_kernels_do_not():
+    # FlashAttention (arXiv 2205.14135) Algorithm 0 / App. B.2: S and P written and read in forward (4 passes),
+    # P read twice, dP and dS written and read in backward (7): on a 2 TB/s GPU, 8 heads of a 1024-token
+    # sequence hold 8 * 1024 * 1024 scores per layer
+    from zerotune.model.compute import eager_score_seconds, layer_flops
+
+    model = load_model("llama-7b")
+    gpu = GpuSpec(name="g", memory_bytes=80 * 2**30, peak_bf16_flops=312e12, hbm_bandwidth_Bps=2e12)
+    hw = HardwareProfile(name="h", gpus_per_node=1, gpu=gpu)
+    block = layer_flops(model, next(layer for layer in model.layers if layer.kind == "block"))
+    fwd, bwd = eager_score_seconds(hw, block, model, 1024, 1024, "eager")
+    scores = 1024 * 1024 * model.num_heads
+    assert fwd == pytest.approx(4 * 2 * scores / 2e12)
+    assert bwd == pytest.approx(7 * 2 * scores / 2e12)
+    for fused in ("sdpa", "flash", "flash3"):
+        assert eager_score_seconds(hw, block, model, 1024, 1024, fused) == (0.0, 0.0)

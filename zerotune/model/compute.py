@@ -274,6 +274,30 @@ def executed_attention_share(model: ModelSpec, attention: str) -> float:
     return CAUSAL_FRACTION
 
 
+EAGER_SCORE_PASSES = (4, 7)
+"""HBM passes over the s x s score matrices of one attention in an unfused (eager) implementation, forward and
+backward: the forward writes S = QK^T, reads it for the softmax, writes P and reads it for PV; the backward reads
+P (dV), writes dP, reads P and dP (softmax backward), writes dS and reads it twice (dQ, dK). FlashAttention
+(Dao et al. 2022, arXiv 2205.14135), Algorithm 0 and Appendix B.2 (standard attention backward), which also
+shows these passes, not the FLOPs, set eager attention's time; masking and dropout add passes, not counted."""
+
+
+def eager_score_seconds(
+    hardware: HardwareProfile, layer: LayerFlops, model: ModelSpec, tokens: int, seq_len: int, attention: str
+) -> tuple[float, float]:
+    """HBM seconds of one layer's s x s score traffic under eager attention (forward, backward), in the
+    activations' 16-bit dtype; (0, 0) for fused kernels (flash, SDPA keep S and P on chip), CPU hosts and
+    layers without attention. A token attends to seq_len positions in each of the layer's score matrices
+    (heads, and self + cross attention in a T5 decoder)."""
+    gpu = hardware.gpu
+    if attention != "eager" or gpu is None or not gpu.hbm_bandwidth_Bps or not layer.attention_flops_per_seq:
+        return 0.0, 0.0
+    matrices = layer.attention_flops_per_seq / (4 * model.head_dim)
+    element_bytes = 2 * tokens * seq_len * matrices / gpu.hbm_bandwidth_Bps
+    forward, backward = EAGER_SCORE_PASSES
+    return forward * element_bytes, backward * element_bytes
+
+
 def attention_flops_rate(hardware: HardwareProfile, precision: str, attention: str) -> tuple[float, str] | None:
     """FLOP/s of the attention kernel itself (flash, SDPA), from FlashAttention-2's published figures
     for the GPU generation (FlashAttention-3's for flash3 on Hopper); None where none is published (eager attention runs as GEMMs; older GPUs,
