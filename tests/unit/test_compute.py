@@ -122,3 +122,52 @@ def test_peak_times_published_mfu_of_the_gpu_generation():
     assert achieved_flops(stated, "fp16")[0] == pytest.approx(25e12)  # the profile's own wins
     unknown = HardwareProfile(name="u", gpus_per_node=1, gpu=GpuSpec(name="y", peak_bf16_flops=1e15))
     assert achieved_flops(unknown, "bf16")[0] == pytest.approx(0.4e15)  # DEFAULT_MFU
+
+
+def test_sibling_mfu_is_the_anchor_on_the_anchor_and_rises_with_bandwidth():
+    from zerotune.model.compute import MATMUL_CEILING, sibling_mfu
+
+    ceiling = MATMUL_CEILING["H100 SXM"][0]
+    h100 = 989.4 / 3.35
+    assert sibling_mfu(0.40, ceiling, h100, h100) == pytest.approx(0.40)
+    # more bandwidth per FLOP: closer to the matmul ceiling, never past it; less: further below
+    assert 0.40 < sibling_mfu(0.40, ceiling, h100, h100 / 8) < ceiling
+    assert sibling_mfu(0.40, ceiling, h100, h100 * 2) < 0.40
+
+
+@pytest.mark.parametrize(
+    ("profile", "anchor_mfu", "ceiling", "anchor", "flops_per_byte"),
+    [
+        ("8xh20", 0.40, "H100 SXM", 989.4 / 3.35, 148 / 4.0),
+        ("h200-node", 0.40, "H100 SXM", 989.4 / 3.35, 989.4 / 4.8),
+        ("dgx-a100-40g", 0.50, "A100 SXM", 312 / 2.039, 312 / 1.555),
+    ],
+)
+def test_derived_profile_mfu_is_the_sibling_rule(profile, anchor_mfu, ceiling, anchor, flops_per_byte):
+    # the profiles state the derived MFU with its arithmetic; it must be what the rule gives, from the
+    # profile's own peak and bandwidth
+    from zerotune.catalog.hardware import load_profile
+    from zerotune.model.compute import MATMUL_CEILING, sibling_mfu
+
+    hw = load_profile(profile)
+    assert hw.gpu.peak_flops("bf16") / hw.gpu.hbm_bandwidth_Bps == pytest.approx(flops_per_byte, rel=1e-3)
+    expected = sibling_mfu(anchor_mfu, MATMUL_CEILING[ceiling][0], anchor, flops_per_byte)
+    assert hw.compute.mfu_assumption == pytest.approx(expected, abs=0.005)
+
+
+def test_eager_attention_pays_the_score_round_trips_the_fused_kernels_do_not():
+    # FlashAttention (arXiv 2205.14135) Algorithm 0 / App. B.2: S and P written and read in forward (4 passes),
+    # P read twice, dP and dS written and read in backward (7): on a 2 TB/s GPU, 8 heads of a 1024-token
+    # sequence hold 8 * 1024 * 1024 scores per layer
+    from zerotune.model.compute import eager_score_seconds, layer_flops
+
+    model = load_model("llama-7b")
+    gpu = GpuSpec(name="g", memory_bytes=80 * 2**30, peak_bf16_flops=312e12, hbm_bandwidth_Bps=2e12)
+    hw = HardwareProfile(name="h", gpus_per_node=1, gpu=gpu)
+    block = layer_flops(model, next(layer for layer in model.layers if layer.kind == "block"))
+    fwd, bwd = eager_score_seconds(hw, block, model, 1024, 1024, "eager")
+    scores = 1024 * 1024 * model.num_heads
+    assert fwd == pytest.approx(4 * 2 * scores / 2e12)
+    assert bwd == pytest.approx(7 * 2 * scores / 2e12)
+    for fused in ("sdpa", "flash", "flash3"):
+        assert eager_score_seconds(hw, block, model, 1024, 1024, fused) == (0.0, 0.0)

@@ -76,6 +76,26 @@ achieved FLOP/s nor an MFU assumption. Published figures are from well-tuned lar
 per-GPU work runs below them (issue 10), which shape points and calibration capture."""
 
 
+MATMUL_CEILING: dict[str, tuple[float, str]] = {
+    "A100 SXM": (0.859, "267.9 of 312 TFLOP/s"),
+    "H100 SXM": (0.801, "792.1 of 989 TFLOP/s"),
+}
+"""Maximum achievable matmul FLOP/s (MAMF: the best large bf16 matmul measured) over the datasheet peak:
+stas00/ml-engineering compute/accelerator/README.md, 'Maximum Achievable Matmul FLOPS comparison table'."""
+
+
+def sibling_mfu(anchor_mfu: float, ceiling: float, anchor_flops_per_byte: float, flops_per_byte: float) -> float:
+    """Training MFU of a GPU that shares its kernels with an anchor GPU of published MFU but has another
+    peak-FLOP/s-to-HBM-bandwidth ratio (a roofline with two parts): a step's time is its matmuls at the
+    matmul ceiling (`ceiling` x peak: MATMUL_CEILING) plus memory-bound work (norms, activations, softmax,
+    optimizer) whose seconds follow HBM bandwidth, not the peak. The anchor fixes the memory-bound share
+    per FLOP (1/anchor_mfu - 1/ceiling, at its FLOP/byte); the sibling pays it at its own FLOP/byte:
+    a bandwidth-rich, FLOP-capped part (H20) reaches a larger fraction of its peak, a bandwidth-poor one
+    (A100 40GB) a smaller."""
+    memory_bound = (1 / anchor_mfu - 1 / ceiling) * flops_per_byte / anchor_flops_per_byte
+    return 1 / (1 / ceiling + memory_bound)
+
+
 @dataclass(frozen=True)
 class LayerFlops:
     """Forward FLOPs of one module for one token, split so sequence length can vary."""
@@ -256,6 +276,30 @@ def executed_attention_share(model: ModelSpec, attention: str) -> float:
     if attention == "eager" or model.family == "t5":
         return 1.0
     return CAUSAL_FRACTION
+
+
+EAGER_SCORE_PASSES = (4, 7)
+"""HBM passes over the s x s score matrices of one attention in an unfused (eager) implementation, forward and
+backward: the forward writes S = QK^T, reads it for the softmax, writes P and reads it for PV; the backward reads
+P (dV), writes dP, reads P and dP (softmax backward), writes dS and reads it twice (dQ, dK). FlashAttention
+(Dao et al. 2022, arXiv 2205.14135), Algorithm 0 and Appendix B.2 (standard attention backward), which also
+shows these passes, not the FLOPs, set eager attention's time; masking and dropout add passes, not counted."""
+
+
+def eager_score_seconds(
+    hardware: HardwareProfile, layer: LayerFlops, model: ModelSpec, tokens: int, seq_len: int, attention: str
+) -> tuple[float, float]:
+    """HBM seconds of one layer's s x s score traffic under eager attention (forward, backward), in the
+    activations' 16-bit dtype; (0, 0) for fused kernels (flash, SDPA keep S and P on chip), CPU hosts and
+    layers without attention. A token attends to seq_len positions in each of the layer's score matrices
+    (heads, and self + cross attention in a T5 decoder)."""
+    gpu = hardware.gpu
+    if attention != "eager" or gpu is None or not gpu.hbm_bandwidth_Bps or not layer.attention_flops_per_seq:
+        return 0.0, 0.0
+    matrices = layer.attention_flops_per_seq / (4 * model.head_dim)
+    element_bytes = 2 * tokens * seq_len * matrices / gpu.hbm_bandwidth_Bps
+    forward, backward = EAGER_SCORE_PASSES
+    return forward * element_bytes, backward * element_bytes
 
 
 def attention_flops_rate(hardware: HardwareProfile, precision: str, attention: str) -> tuple[float, str] | None:

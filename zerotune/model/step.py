@@ -45,7 +45,13 @@ from typing import Any
 from zerotune.dsconfig.settings import ZeroSettings
 from zerotune.model import buckets, stage3
 from zerotune.model.comm import CommCost
-from zerotune.model.compute import achieved_flops, attention_flops_rate, executed_attention_share, peak_flops
+from zerotune.model.compute import (
+    achieved_flops,
+    attention_flops_rate,
+    eager_score_seconds,
+    executed_attention_share,
+    peak_flops,
+)
 from zerotune.model.offload import checkpoint_copy_s
 from zerotune.model.optimizer import optimizer_step
 from zerotune.model.overheads import Overheads, layer_seconds, overhead_notes, overheads
@@ -163,8 +169,11 @@ def _compute_times(prep: Prepared, workload: Workload, hardware: HardwareProfile
     for layer in prep.layers:
         lf = layer.flops
         f = tokens * (lf.matmul_flops / flops_per_s + lf.attention_flops_per_seq * workload.seq_len * share / attention_rate)
-        fwd.append(f)
-        bwd.append(2 * f + (f if workload.activation_checkpointing and layer.is_block else 0.0))
+        # eager attention's s x s scores make HBM round trips its FLOPs do not count (compute.eager_score_seconds)
+        ef, eb = eager_score_seconds(hardware, lf, prep.model, tokens, workload.seq_len, workload.attention)
+        recompute = workload.activation_checkpointing and layer.is_block
+        fwd.append(f + ef)
+        bwd.append(2 * f + eb + (f + ef if recompute else 0.0))
     model_flops_per_token = sum(layer.flops.training_flops(1, workload.seq_len) for layer in prep.layers)
     value = (tuple(fwd), tuple(bwd), sum(fwd), sum(bwd), source, model_flops_per_token)
     if len(_TIMES) > 4096:
