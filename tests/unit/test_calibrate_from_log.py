@@ -192,3 +192,77 @@ def test_cli_from_log_writes_a_profile_once(cli, tmp_path) -> None:
     assert again.code == 2 and "already exists" in again.stderr
     missing = cli("calibrate", "--from-log", log, "--model", "gpt2", "--no-cache")
     assert missing.code == 2 and "--config" in missing.stderr
+
+
+# ---- a `zerotune bench --log` run: its log says the job it ran -----------------------------------------------------
+
+BENCH_LOG = LOGS / "measure" / "zerotune_bench_s0_ga2.log"  # `zerotune bench --log`, design run s0-ga2-big
+
+
+def _cpu_profile(tmp_path: Path) -> Path:
+    """The probe profile of a real calibrate round on the 2-core testbed (tests/fixtures/calibrate)."""
+    from zerotune.catalog.hardware import dump_profile
+    from zerotune.schema.hardware import HardwareProfile
+
+    base = json.loads((Path(__file__).resolve().parents[1] / "fixtures" / "calibrate" / "loaded_runs.json").read_text())
+    path = tmp_path / "probe.yaml"
+    path.write_text(dump_profile(HardwareProfile.model_validate(base["base"])))
+    return path
+
+
+def test_the_bench_job_line_gives_the_proxy_config_world_and_sequence() -> None:
+    from zerotune.catalog.models import derive
+    from zerotune.diagnose.analyse import Options, read_job
+
+    with BENCH_LOG.open("rb") as stream:
+        scan = scan_stream(stream)
+    notes: list[str] = []
+    job = read_job(scan, Options(), notes)
+    # the proxy the design run s0-ga2-big ran: no catalog model has its shape
+    assert job.spec.name == "llama-7b/2L/w0.125" and job.spec.hidden_size == 512 and job.spec.num_layers == 2
+    assert job.spec.params == derive(load_model("llama-7b"), num_layers=2, width_scale=0.125).params
+    r = resolve(job.config)
+    assert (r.zero.stage, r.micro_batch, r.grad_accum, r.precision) == (0, 2, 2, "fp32")
+    assert (job.world, job.seq_len, job.checkpointing) == (2, 256, False)
+    assert all(s.startswith("log:4, the job `zerotune bench` ran") for s in
+               (job.config_source, job.spec_source, job.world_source, job.seq_source, job.checkpointing_source))
+    said = read_job(scan, Options(seq_len=512, world_size=4, checkpointing=True), notes)
+    assert (said.seq_len, said.world, said.checkpointing) == (512, 4, True)  # the flags win
+    # the line's JSON is the bench's alone: its config keys do not read as facts of the job
+    assert "zero_stage" not in scan.facts and not notes
+
+
+def test_cli_from_log_on_a_bench_log_needs_no_job_flags(cli, tmp_path) -> None:
+    out = tmp_path / "from-log.yaml"
+    r = cli("calibrate", "--from-log", BENCH_LOG, "--profile", _cpu_profile(tmp_path), "--no-cache", "--out", out,
+            "--json")  # fmt: skip
+    assert r.code in (0, 1), r.stderr
+    doc = json.loads(r.stdout)
+    assert any("llama-7b/2L/w0.125" in item for item in doc["runs"][0]["job"])
+    moved = {v["path"] for v in doc["moved"]}
+    # stage 0's timers: compute (fwd + bwd_inner), the optimizer (step), the all-reduce (bwd_allreduce)
+    assert {"compute.achieved_flops.fp32", "overheads.optimizer_params_per_s",
+            "intra_node.collectives.all_reduce.busbw_Bps", "overheads.step_scale"} <= moved  # fmt: skip
+    assert out.is_file()
+
+
+def test_a_collective_probed_above_the_ceiling_does_not_cap_the_others(tmp_path) -> None:
+    """A quick probe measured all_to_all through loopback gloo at 7x the host's memory bandwidth
+    (2026-11-27); the all-reduce factor the timer identifies must not be held down by it."""
+    from zerotune.calibrate.bounds import busbw_ceiling
+    from zerotune.calibrate.observe import observations
+    from zerotune.diagnose.analyse import Options
+
+    base = load_profile(str(_cpu_profile(tmp_path)))
+    ceiling = busbw_ceiling(base, "intra_node")[0]
+    link = base.intra_node
+    odd = link.collectives["all_to_all"].model_copy(update={"busbw_Bps": 7 * ceiling})
+    bad = base.model_copy(update={"intra_node": link.model_copy(update={"collectives": {**link.collectives, "all_to_all": odd}})})
+    runs = observations([str(BENCH_LOG)], None, Options(), base, [])
+
+    def all_reduce(profile) -> float:
+        return fit_logs(runs, profile).profile.intra_node.collectives["all_reduce"].busbw_Bps
+
+    assert all_reduce(bad) == pytest.approx(all_reduce(base), rel=1e-6)
+    assert all_reduce(base) != pytest.approx(base.intra_node.collectives["all_reduce"].busbw_Bps, rel=0.01)
+
