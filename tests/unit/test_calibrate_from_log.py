@@ -266,3 +266,35 @@ def test_a_collective_probed_above_the_ceiling_does_not_cap_the_others(tmp_path)
     assert all_reduce(bad) == pytest.approx(all_reduce(base), rel=1e-6)
     assert all_reduce(base) != pytest.approx(base.intra_node.collectives["all_reduce"].busbw_Bps, rel=0.01)
 
+
+def test_predict_and_recommend_quote_the_calibrations_error_not_the_published_band(cli, tmp_path) -> None:
+    """A profile calibrated on the user's run: its stated step-time error replaces the published
+    category band in predict's and recommend's expected error, and they say where it comes from."""
+    from zerotune.catalog.hardware import dump_profile
+    from zerotune.catalog.trust import expected_error, quoted_error
+    from zerotune.model.band import job_band
+
+    base = load_profile("dgx-h100")
+    step = predict(_obs(2, Measured()), base).step_time_s * 1.2
+    fitted = fit_logs([_obs(2, Measured(step_s=Figure(step, "log:7")), "a.log")], base).profile
+    stated = fitted.calibration.expected_error_pct  # one run: the published one-run evidence
+    assert expected_error(fitted) == (stated, "calibrated on your run(s)")
+    band = job_band(load_model("llama-7b"), _obs(2, Measured()).workload, False)
+    assert band is not None and band.throughput * 100 != pytest.approx(stated)  # so the two can be told apart
+    line, doc = quoted_error(fitted, band)
+    assert f"±{stated:.0f}%" in line and "your run" in line and "not the published band" in line
+    assert doc["throughput"] == pytest.approx(stated / 100) and doc["published_throughput"] == band.throughput
+    assert doc["memory"] == band.memory  # no run states a memory error: the band's stays
+    assert quoted_error(base, band) == (band.line(), band.as_dict())  # a catalog profile: the band
+    path = tmp_path / "from-log.yaml"
+    path.write_text(dump_profile(fitted))
+    job = ("--model", "llama-7b", "--profile", path, "--gpus", "8", "--seq-len", "2048")
+    config = tmp_path / "ds.json"
+    config.write_text(json.dumps({"train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 3},
+                                  "bf16": {"enabled": True}}))  # fmt: skip
+    said = json.loads(cli("predict", *job, "--config", config, "--json").stdout)["expected_error"]
+    assert said["throughput"] == pytest.approx(stated / 100) and "your run" in said["throughput_from"]
+    text = cli("predict", *job, "--config", config).stdout
+    assert "from this profile's calibration on your run(s)" in " ".join(text.split())
+    rec = json.loads(cli("recommend", *job, "--json").stdout)["expected_error"]
+    assert rec["throughput"] == pytest.approx(stated / 100) and "your run" in rec["throughput_from"]
