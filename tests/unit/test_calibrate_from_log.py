@@ -298,3 +298,29 @@ def test_predict_and_recommend_quote_the_calibrations_error_not_the_published_ba
     assert "from this profile's calibration on your run(s)" in " ".join(text.split())
     rec = json.loads(cli("recommend", *job, "--json").stdout)["expected_error"]
     assert rec["throughput"] == pytest.approx(stated / 100) and "your run" in rec["throughput_from"]
+
+
+def test_timers_put_the_left_over_on_the_fixed_cost_not_on_every_time() -> None:
+    """A GPU run whose wall_clock_breakdown timers cover its whole step (fwd + bwd + step): the
+    profile's 0.30 s per-step prior is already inside them. Fitted term by term, the fixed cost left
+    over is ~0, and a job of another size is predicted as the truth does; one factor on every time
+    (the fit before) would have shrunk compute and optimizer to pay for the prior."""
+    base = load_profile("dgx-h100")
+    assert (base.overheads.per_step_s or 0) > 0.1  # the published global prior
+    truth = with_flops(base, "bf16", 0.8).model_copy(
+        update={"overheads": base.overheads.model_copy(update={"per_step_s": 0.0, "per_micro_step_s": 0.0})}
+    )
+    ran = _obs(2, Measured())
+    e = predict(ran, truth)
+    timers = Measured(
+        step_s=Figure(e.step_time_s, "log:9"),
+        compute_s=Figure(e.compute_s, "log:9"),
+        allreduce_s=Figure(e.exposed_comm_s, "log:9") if e.exposed_comm_s > 0 else None,
+        optimizer_s=Figure(e.step_time_s - e.compute_s - e.exposed_comm_s, "log:9"),
+    )
+    fit = fit_logs([_obs(2, timers, "timed.log")], base)
+    moved = {v.path: v for v in fit.values}
+    assert moved["overheads.per_step_s"].calibrated < 0.01
+    assert moved["overheads.step_scale"].calibrated == pytest.approx(1.0, abs=0.01)
+    other = _obs(8, Measured())
+    assert predict(other, fit.profile).step_time_s == pytest.approx(predict(other, truth).step_time_s, rel=0.03)
