@@ -122,12 +122,14 @@ def test_its_log_is_a_training_log_calibrate_from_log_reads(result: BenchResult,
     """`--log`: rank 0's DeepSpeed output of the config's own stage, headed by the job it ran, so
     `calibrate --from-log` needs no --model/--config/--seq-len for the proxy no catalog holds."""
     from zerotune.calibrate.observe import observations
-    from zerotune.catalog.hardware import load_profile
     from zerotune.diagnose.analyse import Options
+    from zerotune.schema.hardware import HardwareProfile
 
     log = folder / "bench.log"
     notes: list[str] = []
-    (run,) = observations([str(log)], None, Options(), load_profile("dgx-h100"), notes)
+    calibrated = Path(__file__).resolve().parents[1] / "fixtures" / "calibrate" / "loaded_runs.json"
+    cpu = HardwareProfile.model_validate(json.loads(calibrated.read_text())["base"])  # a CPU probe's profile
+    (run,) = observations([str(log)], None, Options(), cpu, notes)
     assert run.spec == _spec(result) and run.zero.stage == 2 and run.world == NPROC
     assert (run.workload.seq_len, run.workload.micro_batch, run.workload.grad_accum) == (32, 1, 1)
     # every step's timers: warm-up 1 + 2 measured + 2 logged, the first dropped from the median

@@ -224,7 +224,7 @@ def test_the_bench_job_line_gives_the_proxy_config_world_and_sequence() -> None:
     r = resolve(job.config)
     assert (r.zero.stage, r.micro_batch, r.grad_accum, r.precision) == (0, 2, 2, "fp32")
     assert (job.world, job.seq_len, job.checkpointing) == (2, 256, False)
-    assert all(s.startswith("log:4, the job `zerotune bench` ran") for s in
+    assert all(s.startswith("log:5, the job `zerotune bench` ran") for s in
                (job.config_source, job.spec_source, job.world_source, job.seq_source, job.checkpointing_source))
     said = read_job(scan, Options(seq_len=512, world_size=4, checkpointing=True), notes)
     assert (said.seq_len, said.world, said.checkpointing) == (512, 4, True)  # the flags win
@@ -244,6 +244,8 @@ def test_cli_from_log_on_a_bench_log_needs_no_job_flags(cli, tmp_path) -> None:
     assert {"compute.achieved_flops.fp32", "overheads.optimizer_params_per_s",
             "intra_node.collectives.all_reduce.busbw_Bps", "overheads.step_scale"} <= moved  # fmt: skip
     assert out.is_file()
+    gpu = cli("calibrate", "--from-log", BENCH_LOG, "--profile", "dgx-h100", "--no-cache")
+    assert gpu.code == 2 and "CPU ranks" in gpu.stderr and "--profile" in gpu.stderr
 
 
 def test_a_collective_probed_above_the_ceiling_does_not_cap_the_others(tmp_path) -> None:

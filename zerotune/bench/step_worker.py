@@ -87,7 +87,7 @@ def _say_job(task: dict[str, Any], world: int) -> None:
     --from-log`, `diagnose`: zerotune.diagnose.signals.facts.BENCH_JOB reads it). The proxy is no
     catalog model and DeepSpeed (at its default WARNING level) prints no config: this line says both."""
     job = {"model": task["spec"], "config": task["config"], "world_size": world, "seq_len": task["seq_len"],
-           "activation_checkpointing": bool(task.get("activation_checkpointing"))}  # fmt: skip
+           "activation_checkpointing": bool(task.get("activation_checkpointing")), "device": task["device"]}  # fmt: skip
     print(BENCH_JOB + json.dumps(job, separators=(",", ":")), flush=True)
 
 

@@ -241,8 +241,8 @@ def _model_config(hit: Hit) -> None:
 
 BENCH_JOB = "ZEROTUNE BENCH JOB "
 """What rank 0 of `zerotune bench` prints first (zerotune/bench/step_worker.py): one JSON object with the
-proxy model (a ModelSpec), the DeepSpeed config, world size, sequence length and checkpointing the ranks
-ran. The proxy is no catalog model, so its log says it for `calibrate --from-log`."""
+proxy model (a ModelSpec), the DeepSpeed config, world size, sequence length, checkpointing and device
+(cpu or cuda) the ranks ran. The proxy is no catalog model, so its log says it for `calibrate --from-log`."""
 
 
 def _bench_job(hit: Hit) -> None:
