@@ -51,6 +51,8 @@ class LaunchSpec:
     """Wall-clock limit for the whole run."""
     env: dict[str, str] = field(default_factory=dict)
     """Extra environment for the ranks."""
+    log: str | None = None
+    """Copy rank 0's stdout here when the ranks end, failed or not (`zerotune bench --log`)."""
 
 
 def free_port() -> int:
@@ -185,6 +187,9 @@ def launch(spec: LaunchSpec, on_step: Callable[[int, str], None] | None = None) 
         _stop(procs)
         for handle in logs:
             handle.close()
+        if spec.log and (run_dir / "rank0.out").exists():
+            with contextlib.suppress(OSError):  # the run's outcome is what to report, not a full disk
+                shutil.copyfile(run_dir / "rank0.out", spec.log)
         if not os.environ.get(ENV_KEEP):
             shutil.rmtree(run_dir, ignore_errors=True)
 

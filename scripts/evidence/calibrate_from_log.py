@@ -12,10 +12,9 @@ published.py run_hardware); the calibrated profile then predicts the source's ot
 source and overall: throughput MAPE before (the suite's own prediction) and after, and memory MAPE
 where the source gives max_allocated. Goal (issue 22): <= 10% throughput, <= 5% memory.
 
-CPU part (`--cpu`): on this machine, one `zerotune bench` run's DeepSpeed output is the log; calibrate
---from-log on it, then predict the held-out grid of data/evidence/held_out.yaml as
-scripts/evidence/calibration_stability.py measures it (2 gloo ranks, the proxy width), next to
-`zerotune calibrate`'s own held-out MAPE. It measures timing: run it on a quiet machine.
+The CPU part (on this machine: calibrate from the log of one `zerotune bench` run, predict the held-out
+grid, next to `zerotune calibrate`'s own held-out MAPE) is a column of every round of
+scripts/evidence/calibration_stability.py: it measures timing, so it runs there, on a quiet machine.
 """
 
 from __future__ import annotations
@@ -197,19 +196,12 @@ def print_table(doc: dict[str, Any]) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--cpu", action="store_true", help="also the CPU part (bench log -> held-out grid); timing")
     args = parser.parse_args(argv)
     doc: dict[str, Any] = {"published": published_part()}
-    if args.cpu:
-        from calibrate_from_log_cpu import cpu_part
-
-        doc["cpu"] = cpu_part()
     if args.json:
         print(json.dumps(doc, indent=1))
     else:
         print_table(doc["published"])
-        if "cpu" in doc:
-            print(json.dumps(doc["cpu"], indent=1))
     return 0
 
 

@@ -9,18 +9,23 @@ Each round:
    with `--load alternate`, the default; every round with `--load all`);
 2. runs `zerotune calibrate --json --save-runs` as a user would, into a fresh temporary cache
    (ZEROTUNE_CACHE_DIR), timing it, then stops the load;
-3. measures the held-out configs of data/evidence/held_out.yaml on the quiet machine (the `stability`
+3. calibrates from a training log, as a user with one run would (issue 22): one `zerotune bench --log`
+   run of one design config (FROM_LOG_RUN, under the same load as calibrate in that round), then
+   `zerotune calibrate --from-log` on that log, from the same probe-only profile calibrate started
+   from (`--from-log-run none` skips it);
+4. measures the held-out configs of data/evidence/held_out.yaml on the quiet machine (the `stability`
    set: every ZeRO stage and all three jobs; `--quick`: the 3-config `smoke` set; `--set full`: all 17)
    with real DeepSpeed steps (scripts/evidence/accuracy.py's measure: 2 gloo ranks, the calibration's
-   proxy width), and predicts them with the calibrated profile and with the probe-only profile the
-   calibration started from.
+   proxy width), and predicts them with the calibrated profile, the from-log profile and the
+   probe-only profile the calibration started from.
 
 Prints one row per round (round, load, cached?, the one-line reason, the calibration's stated expected
-error, held-out MAPE calibrated / probe-only, whether the stated error covers the held-out MAPE,
-calibrate wall time) and a summary against issue 24's acceptance: held-out MAPE <= 10% in every round
-that cached, median <= 6%, calibrate <= 90 s, no non-physical value (a fitted value outside its
-bounds shows as an infinite or non-positive number) in any profile. Writes everything to
-data/evidence/calibration_stability.json (`--out` to change).
+error, held-out MAPE calibrated / from-log / probe-only, whether the stated error covers the held-out
+MAPE, calibrate wall time) and a summary against issue 24's acceptance: held-out MAPE <= 10% in every
+round that cached, median <= 6%, calibrate <= 90 s, no non-physical value (a fitted value outside its
+bounds shows as an infinite or non-positive number) in any profile; and issue 22's: the from-log
+held-out MAPE within 5 points of calibrate's (the medians over the rounds; also counted per round).
+Writes everything to data/evidence/calibration_stability.json (`--out` to change).
 
 On the quiet 2-core testbed one round should take about 2.5 minutes (calibrate <= 90 s, then 6 held-out
 configs at ~9 s each as in the 2026-11-23 accuracy runs): an estimate, this script was only run on a
@@ -49,7 +54,10 @@ from accuracy import SETS, measure  # noqa: E402
 
 from zerotune.calibrate.bounds import optimizer_floor  # noqa: E402
 from zerotune.calibrate.check import BAND_PCT  # noqa: E402
+from zerotune.calibrate.design import design  # noqa: E402
 from zerotune.calibrate.fit import predict_run  # noqa: E402
+from zerotune.calibrate.run import CPU_WIDTH_SCALE  # noqa: E402
+from zerotune.catalog.hardware import dump_profile  # noqa: E402
 from zerotune.schema.hardware import HardwareProfile  # noqa: E402
 
 OUT = REPO / "data" / "evidence" / "calibration_stability.json"
@@ -59,6 +67,19 @@ step times, phases, collectives, load and wall time) and the held-out runs, for 
 MEDIAN_TARGET_PCT = 6.0
 """Issue 24's acceptance: median held-out MAPE of the rounds that cached."""
 TIME_TARGET_S = 90.0
+FROM_LOG_RUN = "s0-ga2-big"
+"""The design run (zerotune/calibrate/design.py) a round's `zerotune bench --log` runs for calibrate
+--from-log. Stage 0, so its DeepSpeed timers split the step into exactly the terms the log fit
+identifies: fwd + bwd_inner is compute with no ZeRO hook or parameter gather in it, bwd_allreduce the
+one gradient all-reduce, `step` the optimizer alone (under stage 1/2 the step timer also holds the
+partitions' all-gather, under stage 3 the forward holds the parameter gathers). Micro-batch 2 x
+seq 256 is 512 tokens per micro-step, the shape of the held-out jobs (mb 4 x 128, 2 x 256, 1 x 512),
+so the FLOP/s factor is learnt where the held-out compute is; with accumulation 2 the all-reduce and
+optimizer come once per two micro-steps, as in the accumulating held-out configs."""
+FROM_LOG_WITHIN_PTS = 5.0
+"""Issue 22's acceptance: from-log held-out MAPE within 5 points of calibrate's own."""
+FROM_LOG_TIME_CAP_S = 10.0
+"""Seconds of measured steps of that bench run (bench's default is 30): one short run per round."""
 BUSY_LOOP = "while True:\n    pass\n"
 
 
@@ -107,6 +128,50 @@ def calibrate(cache: Path, loaded: bool) -> dict[str, Any]:
             "stderr_tail": done.stderr.strip().splitlines()[-3:]}  # fmt: skip
 
 
+def from_log(work: Path, base: dict[str, Any], loaded: bool, run_name: str) -> dict[str, Any]:
+    """A user's one run: `zerotune bench --log` of the design run `run_name` (under the round's load),
+    then `zerotune calibrate --from-log` on its log from the probe-only profile: the fitted profile,
+    exit code (1: a finding; the profile is written all the same), stated error, findings, the log and
+    wall times."""
+    run = next(r for r in design() if r.name == run_name)
+    env = {**os.environ, "ZEROTUNE_CACHE_DIR": str(work / "from-log-cache"), "PYTHONPATH": str(REPO)}
+    (work / "base.yaml").write_text(dump_profile(HardwareProfile.model_validate(base)))
+    (work / "ds.json").write_text(json.dumps(run.config()))
+    log = work / "bench.log"
+    load = start_load() if loaded else None
+    t0 = time.monotonic()
+    try:
+        bench = subprocess.run(  # noqa: S603
+            [sys.executable, "-m", "zerotune", "bench", "--model", "llama-7b", "--config", str(work / "ds.json"),
+             "--nproc", "2", "--device", "cpu", "--layers", "2", "--seq-len", str(run.seq_len),
+             "--width-scale", str(CPU_WIDTH_SCALE * run.width_factor), "--time-cap", str(FROM_LOG_TIME_CAP_S),
+             "--profile", str(work / "base.yaml"), "--log", str(log)],
+            env=env, capture_output=True, text=True, timeout=900, check=False,
+        )  # fmt: skip
+    finally:
+        bench_wall = time.monotonic() - t0
+        stop_load(load)
+    out: dict[str, Any] = {"run": run_name, "bench_exit_code": bench.returncode, "bench_wall_s": bench_wall}
+    if bench.returncode != 0 or not log.is_file():
+        return {**out, "error": "bench failed: " + " ".join(bench.stderr.strip().splitlines()[-2:])}
+    out["log"] = log.read_text()
+    t0 = time.monotonic()
+    done = subprocess.run(  # noqa: S603
+        [sys.executable, "-m", "zerotune", "calibrate", "--from-log", str(log), "--profile", str(work / "base.yaml"),
+         "--out", str(work / "from-log.yaml"), "--no-cache", "--json"],
+        env=env, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    out.update(calibrate_exit_code=done.returncode, calibrate_wall_s=time.monotonic() - t0)
+    try:
+        report = json.loads(done.stdout)
+    except json.JSONDecodeError:
+        return {**out, "error": "calibrate --from-log: " + " ".join(done.stderr.strip().splitlines()[-2:])}
+    profile = report.get("profile") or {}
+    out.update(profile=profile, findings=report.get("findings", []),
+               expected_error_pct=(profile.get("calibration") or {}).get("expected_error_pct"))  # fmt: skip
+    return out
+
+
 def mape(runs: list[dict[str, Any]], profile: HardwareProfile) -> float:
     errors = [abs(predict_run(r, profile) - r["step_time_s"]) / r["step_time_s"] for r in runs]
     return sum(errors) / len(errors) * 100
@@ -130,10 +195,16 @@ def non_physical(profile: dict[str, Any]) -> list[str]:
     return bad
 
 
-def one_round(i: int, loaded: bool, held_set: str, keep: Path | None = None) -> dict[str, Any]:
+def one_round(
+    i: int, loaded: bool, held_set: str, keep: Path | None = None, from_log_run: str | None = FROM_LOG_RUN
+) -> dict[str, Any]:
+    fitted_from_log = None
     with tempfile.TemporaryDirectory(prefix="zerotune-stability-") as tmp:
         print(f"# round {i}: calibrate{' under a one-core background load' if loaded else ''}", file=sys.stderr)
         cal = calibrate(Path(tmp), loaded)
+        if from_log_run and cal["base"]:
+            print(f"# round {i}: bench {from_log_run} --log, then calibrate --from-log", file=sys.stderr)
+            fitted_from_log = from_log(Path(tmp), cal["base"], loaded, from_log_run)
     report = cal["report"]
     row: dict[str, Any] = {
         "round": i, "loaded": loaded, "exit_code": cal["code"], "cached": cal["cached"],
@@ -153,11 +224,16 @@ def one_round(i: int, loaded: bool, held_set: str, keep: Path | None = None) -> 
     if keep is not None and cal["saved"]:  # the raw measurements, for scripts/evidence/calibration_replay.py
         keep.mkdir(parents=True, exist_ok=True)
         raw = {"round": i, "loaded": loaded, "calibrate_wall_s": cal["wall_s"], "design": cal["saved"],
-               "held_out": runs}  # fmt: skip
+               "held_out": runs, "from_log": fitted_from_log}  # fmt: skip
         (keep / f"round{i:02d}.json").write_text(json.dumps(raw) + "\n")
     row["held_out_mape_pct"] = mape(runs, calibrated)
     if cal["base"]:
         row["probe_only_mape_pct"] = mape(runs, HardwareProfile.model_validate(cal["base"]))
+    if fitted_from_log is not None:
+        row["from_log"] = {k: v for k, v in fitted_from_log.items() if k not in ("profile", "log")}
+        if fitted_from_log.get("profile"):
+            row["from_log_mape_pct"] = mape(runs, HardwareProfile.model_validate(fitted_from_log["profile"]))
+            row["from_log"]["non_physical"] = non_physical(fitted_from_log["profile"])
     expected = row["expected_error_pct"]
     row["covered"] = expected is not None and row["held_out_mape_pct"] <= expected
     row["held_out"] = [{"name": r["name"], "measured_s": r["step_time_s"],
@@ -171,12 +247,13 @@ def _f(value: Any, spec: str = ".1f", suffix: str = "") -> str:
 
 
 def table(rows: list[dict[str, Any]]) -> None:
-    print(f"{'round':>5} {'load':>5} {'cached':>6} {'expected':>8} {'held-out':>8} {'probe':>6} "
+    print(f"{'round':>5} {'load':>5} {'cached':>6} {'expected':>8} {'held-out':>8} {'from-log':>8} {'probe':>6} "
           f"{'covered':>7} {'wall':>6}  reason")  # fmt: skip
     for r in rows:
         print(
             f"{r['round']:>5} {'1 core' if r['loaded'] else '-':>5} {'yes' if r['cached'] else 'no':>6} "
             f"{_f(r.get('expected_error_pct'), '.1f', '%'):>8} {_f(r.get('held_out_mape_pct'), '.1f', '%'):>8} "
+            f"{_f(r.get('from_log_mape_pct'), '.1f', '%'):>8} "
             f"{_f(r.get('probe_only_mape_pct'), '.0f', '%'):>6} {('yes' if r.get('covered') else 'no'):>7} "
             f"{_f(r['calibrate_wall_s'], '.0f', 's'):>6}  {r['reason']}"
         )
@@ -195,6 +272,7 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "calibrate_wall_max_s": max(r["calibrate_wall_s"] for r in rows) if rows else None,
         "non_physical": sorted({v for r in rows for v in r.get("non_physical", [])}),
     }
+    out["from_log"] = from_log_summary(rows)
     out["meets"] = {
         f"every cached round <= {BAND_PCT:g}%": bool(mapes) and max(mapes) <= BAND_PCT,
         f"median <= {MEDIAN_TARGET_PCT:g}%": bool(mapes) and statistics.median(mapes) <= MEDIAN_TARGET_PCT,
@@ -207,6 +285,24 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def from_log_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Issue 22's CPU acceptance over the rounds with both numbers: the median from-log held-out MAPE
+    within FROM_LOG_WITHIN_PTS of calibrate's median; the rounds within it counted too."""
+    both = [r for r in rows if r.get("from_log_mape_pct") is not None and r.get("held_out_mape_pct") is not None]
+    if not both:
+        return {"rounds": 0, "meets": None}
+    from_log = statistics.median(r["from_log_mape_pct"] for r in both)
+    own = statistics.median(r["held_out_mape_pct"] for r in both)
+    return {
+        "rounds": len(both),
+        "from_log_mape_median_pct": from_log,
+        "calibrate_mape_median_pct": own,
+        "median_gap_pts": from_log - own,
+        "rounds_within": sum(1 for r in both if r["from_log_mape_pct"] - r["held_out_mape_pct"] <= FROM_LOG_WITHIN_PTS),
+        "meets": from_log - own <= FROM_LOG_WITHIN_PTS,
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=10)
@@ -216,18 +312,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--set", choices=sorted(SETS), default=None, help="held-out set (default: stability)")
     parser.add_argument("--keep", default=str(KEEP), help="folder for each round's raw runs ('' for none)")
     parser.add_argument("--out", default=str(OUT), help=f"results JSON (default {OUT.relative_to(REPO)})")
+    parser.add_argument("--from-log-run", default=FROM_LOG_RUN, choices=[*(r.name for r in design()), "none"],
+                        help=f"design run benched for calibrate --from-log (default {FROM_LOG_RUN}; none: skip)")
     args = parser.parse_args(argv)  # fmt: skip
     held_set = args.set or ("smoke" if args.quick else "stability")
     rows = []
     t0 = time.monotonic()
     for i in range(1, args.rounds + 1):
         loaded = args.load == "all" or (args.load == "alternate" and i % 2 == 0)
-        rows.append(one_round(i, loaded, held_set, Path(args.keep) if args.keep else None))
+        from_log_run = None if args.from_log_run == "none" else args.from_log_run
+        rows.append(one_round(i, loaded, held_set, Path(args.keep) if args.keep else None, from_log_run))
         Path(args.out).write_text(json.dumps({"held_out_set": held_set, "rows": rows}, indent=1) + "\n")
     table(rows)
     result = summary(rows)
     for what, ok in result["meets"].items():
         print(f"{'PASS' if ok else 'FAIL'}  {what}")
+    fl = result["from_log"]
+    if fl["rounds"]:
+        print(f"{'PASS' if fl['meets'] else 'FAIL'}  from-log within {FROM_LOG_WITHIN_PTS:g} points of calibrate "
+              f"(issue 22): median {fl['from_log_mape_median_pct']:.1f}% vs {fl['calibrate_mape_median_pct']:.1f}%, "
+              f"{fl['rounds_within']}/{fl['rounds']} rounds within")  # fmt: skip
     cached = result["cached_held_out_mape_median_pct"]
     print(f"# {len(rows)} rounds, {result['cached']} cached (median held-out MAPE {_f(cached, '.1f', '%')}), "
           f"{time.monotonic() - t0:.0f} s", file=sys.stderr)  # fmt: skip

@@ -48,8 +48,13 @@ ARGS = ["--model", "llama-7b", "--layers", "2", "--width-scale", "0.03125", "--s
 
 
 @pytest.fixture(scope="module")
-def result(tmp_path_factory: pytest.TempPathFactory) -> BenchResult:
-    config = tmp_path_factory.mktemp("bench") / "stage2.json"
+def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("bench")
+
+
+@pytest.fixture(scope="module")
+def result(folder: Path) -> BenchResult:
+    config = folder / "stage2.json"
     config.write_text(json.dumps(CONFIG))
     done = subprocess.run(
         [
@@ -61,6 +66,8 @@ def result(tmp_path_factory: pytest.TempPathFactory) -> BenchResult:
             "--config",
             str(config),
             "--compare-stages",
+            "--log",
+            str(folder / "bench.log"),
             "--json",
         ],
         capture_output=True,
@@ -109,6 +116,25 @@ def test_result_describes_the_proxy_and_the_config_it_ran(result: BenchResult) -
     assert all(layer.forward_s > 0 and layer.backward_s > 0 for layer in result.layers)
     assert {s.phase for s in result.timeline} == {"forward", "backward", "step"}
     assert all(p > b > 0 for p, b in zip(result.peak_memory_bytes, result.baseline_memory_bytes, strict=True))
+
+
+def test_its_log_is_a_training_log_calibrate_from_log_reads(result: BenchResult, folder: Path) -> None:
+    """`--log`: rank 0's DeepSpeed output of the config's own stage, headed by the job it ran, so
+    `calibrate --from-log` needs no --model/--config/--seq-len for the proxy no catalog holds."""
+    from zerotune.calibrate.observe import observations
+    from zerotune.diagnose.analyse import Options
+    from zerotune.schema.hardware import HardwareProfile
+
+    log = folder / "bench.log"
+    notes: list[str] = []
+    calibrated = Path(__file__).resolve().parents[1] / "fixtures" / "calibrate" / "loaded_runs.json"
+    cpu = HardwareProfile.model_validate(json.loads(calibrated.read_text())["base"])  # a CPU probe's profile
+    (run,) = observations([str(log)], None, Options(), cpu, notes)
+    assert run.spec == _spec(result) and run.zero.stage == 2 and run.world == NPROC
+    assert (run.workload.seq_len, run.workload.micro_batch, run.workload.grad_accum) == (32, 1, 1)
+    # every step's timers: warm-up 1 + 2 measured + 2 logged, the first dropped from the median
+    assert "(5 steps, median)" in run.measured.step_s.source
+    assert run.measured.compute_s is not None and run.measured.optimizer_s is not None
 
 
 @pytest.mark.parametrize("stage", [1, 2])

@@ -192,3 +192,137 @@ def test_cli_from_log_writes_a_profile_once(cli, tmp_path) -> None:
     assert again.code == 2 and "already exists" in again.stderr
     missing = cli("calibrate", "--from-log", log, "--model", "gpt2", "--no-cache")
     assert missing.code == 2 and "--config" in missing.stderr
+
+
+# ---- a `zerotune bench --log` run: its log says the job it ran -----------------------------------------------------
+
+BENCH_LOG = LOGS / "measure" / "zerotune_bench_s0_ga2.log"  # `zerotune bench --log`, design run s0-ga2-big
+
+
+def _cpu_profile(tmp_path: Path) -> Path:
+    """The probe profile of a real calibrate round on the 2-core testbed (tests/fixtures/calibrate)."""
+    from zerotune.catalog.hardware import dump_profile
+    from zerotune.schema.hardware import HardwareProfile
+
+    base = json.loads((Path(__file__).resolve().parents[1] / "fixtures" / "calibrate" / "loaded_runs.json").read_text())
+    path = tmp_path / "probe.yaml"
+    path.write_text(dump_profile(HardwareProfile.model_validate(base["base"])))
+    return path
+
+
+def test_the_bench_job_line_gives_the_proxy_config_world_and_sequence() -> None:
+    from zerotune.catalog.models import derive
+    from zerotune.diagnose.analyse import Options, read_job
+
+    with BENCH_LOG.open("rb") as stream:
+        scan = scan_stream(stream)
+    notes: list[str] = []
+    job = read_job(scan, Options(), notes)
+    # the proxy the design run s0-ga2-big ran: no catalog model has its shape
+    assert job.spec.name == "llama-7b/2L/w0.125" and job.spec.hidden_size == 512 and job.spec.num_layers == 2
+    assert job.spec.params == derive(load_model("llama-7b"), num_layers=2, width_scale=0.125).params
+    r = resolve(job.config)
+    assert (r.zero.stage, r.micro_batch, r.grad_accum, r.precision) == (0, 2, 2, "fp32")
+    assert (job.world, job.seq_len, job.checkpointing) == (2, 256, False)
+    assert all(s.startswith("log:5, the job `zerotune bench` ran") for s in
+               (job.config_source, job.spec_source, job.world_source, job.seq_source, job.checkpointing_source))
+    said = read_job(scan, Options(seq_len=512, world_size=4, checkpointing=True), notes)
+    assert (said.seq_len, said.world, said.checkpointing) == (512, 4, True)  # the flags win
+    # the line's JSON is the bench's alone: its config keys do not read as facts of the job
+    assert "zero_stage" not in scan.facts and not notes
+
+
+def test_cli_from_log_on_a_bench_log_needs_no_job_flags(cli, tmp_path) -> None:
+    out = tmp_path / "from-log.yaml"
+    r = cli("calibrate", "--from-log", BENCH_LOG, "--profile", _cpu_profile(tmp_path), "--no-cache", "--out", out,
+            "--json")  # fmt: skip
+    assert r.code in (0, 1), r.stderr
+    doc = json.loads(r.stdout)
+    assert any("llama-7b/2L/w0.125" in item for item in doc["runs"][0]["job"])
+    moved = {v["path"] for v in doc["moved"]}
+    # stage 0's timers: compute (fwd + bwd_inner), the optimizer (step), the all-reduce (bwd_allreduce)
+    assert {"compute.achieved_flops.fp32", "overheads.optimizer_params_per_s",
+            "intra_node.collectives.all_reduce.busbw_Bps", "overheads.step_scale"} <= moved  # fmt: skip
+    assert out.is_file()
+    gpu = cli("calibrate", "--from-log", BENCH_LOG, "--profile", "dgx-h100", "--no-cache")
+    assert gpu.code == 2 and "CPU ranks" in gpu.stderr and "--profile" in gpu.stderr
+
+
+def test_a_collective_probed_above_the_ceiling_does_not_cap_the_others(tmp_path) -> None:
+    """A quick probe measured all_to_all through loopback gloo at 7x the host's memory bandwidth
+    (2026-11-27); the all-reduce factor the timer identifies must not be held down by it."""
+    from zerotune.calibrate.bounds import busbw_ceiling
+    from zerotune.calibrate.observe import observations
+    from zerotune.diagnose.analyse import Options
+
+    base = load_profile(str(_cpu_profile(tmp_path)))
+    ceiling = busbw_ceiling(base, "intra_node")[0]
+    link = base.intra_node
+    odd = link.collectives["all_to_all"].model_copy(update={"busbw_Bps": 7 * ceiling})
+    bad = base.model_copy(update={"intra_node": link.model_copy(update={"collectives": {**link.collectives, "all_to_all": odd}})})
+    runs = observations([str(BENCH_LOG)], None, Options(), base, [])
+
+    def all_reduce(profile) -> float:
+        return fit_logs(runs, profile).profile.intra_node.collectives["all_reduce"].busbw_Bps
+
+    assert all_reduce(bad) == pytest.approx(all_reduce(base), rel=1e-6)
+    assert all_reduce(base) != pytest.approx(base.intra_node.collectives["all_reduce"].busbw_Bps, rel=0.01)
+
+
+def test_predict_and_recommend_quote_the_calibrations_error_not_the_published_band(cli, tmp_path) -> None:
+    """A profile calibrated on the user's run: its stated step-time error replaces the published
+    category band in predict's and recommend's expected error, and they say where it comes from."""
+    from zerotune.catalog.hardware import dump_profile
+    from zerotune.catalog.trust import expected_error, quoted_error
+    from zerotune.model.band import job_band
+
+    base = load_profile("dgx-h100")
+    step = predict(_obs(2, Measured()), base).step_time_s * 1.2
+    fitted = fit_logs([_obs(2, Measured(step_s=Figure(step, "log:7")), "a.log")], base).profile
+    stated = fitted.calibration.expected_error_pct  # one run: the published one-run evidence
+    assert expected_error(fitted) == (stated, "calibrated on your run(s)")
+    band = job_band(load_model("llama-7b"), _obs(2, Measured()).workload, False)
+    assert band is not None and band.throughput * 100 != pytest.approx(stated)  # so the two can be told apart
+    line, doc = quoted_error(fitted, band)
+    assert f"±{stated:.0f}%" in line and "your run" in line and "not the published band" in line
+    assert doc["throughput"] == pytest.approx(stated / 100) and doc["published_throughput"] == band.throughput
+    assert doc["memory"] == band.memory  # no run states a memory error: the band's stays
+    assert quoted_error(base, band) == (band.line(), band.as_dict())  # a catalog profile: the band
+    path = tmp_path / "from-log.yaml"
+    path.write_text(dump_profile(fitted))
+    job = ("--model", "llama-7b", "--profile", path, "--gpus", "8", "--seq-len", "2048")
+    config = tmp_path / "ds.json"
+    config.write_text(json.dumps({"train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 3},
+                                  "bf16": {"enabled": True}}))  # fmt: skip
+    said = json.loads(cli("predict", *job, "--config", config, "--json").stdout)["expected_error"]
+    assert said["throughput"] == pytest.approx(stated / 100) and "your run" in said["throughput_from"]
+    text = cli("predict", *job, "--config", config).stdout
+    assert "from this profile's calibration on your run(s)" in " ".join(text.split())
+    rec = json.loads(cli("recommend", *job, "--json").stdout)["expected_error"]
+    assert rec["throughput"] == pytest.approx(stated / 100) and "your run" in rec["throughput_from"]
+
+
+def test_timers_put_the_left_over_on_the_fixed_cost_not_on_every_time() -> None:
+    """A GPU run whose wall_clock_breakdown timers cover its whole step (fwd + bwd + step): the
+    profile's 0.30 s per-step prior is already inside them. Fitted term by term, the fixed cost left
+    over is ~0, and a job of another size is predicted as the truth does; one factor on every time
+    (the fit before) would have shrunk compute and optimizer to pay for the prior."""
+    base = load_profile("dgx-h100")
+    assert (base.overheads.per_step_s or 0) > 0.1  # the published global prior
+    truth = with_flops(base, "bf16", 0.8).model_copy(
+        update={"overheads": base.overheads.model_copy(update={"per_step_s": 0.0, "per_micro_step_s": 0.0})}
+    )
+    ran = _obs(2, Measured())
+    e = predict(ran, truth)
+    timers = Measured(
+        step_s=Figure(e.step_time_s, "log:9"),
+        compute_s=Figure(e.compute_s, "log:9"),
+        allreduce_s=Figure(e.exposed_comm_s, "log:9") if e.exposed_comm_s > 0 else None,
+        optimizer_s=Figure(e.step_time_s - e.compute_s - e.exposed_comm_s, "log:9"),
+    )
+    fit = fit_logs([_obs(2, timers, "timed.log")], base)
+    moved = {v.path: v for v in fit.values}
+    assert moved["overheads.per_step_s"].calibrated < 0.01
+    assert moved["overheads.step_scale"].calibrated == pytest.approx(1.0, abs=0.01)
+    other = _obs(8, Measured())
+    assert predict(other, fit.profile).step_time_s == pytest.approx(predict(other, truth).step_time_s, rel=0.03)

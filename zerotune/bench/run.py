@@ -99,6 +99,7 @@ def run_bench(
     keep_precision: bool = False,
     cpu_adam: bool = False,
     host_memory_s: float | None = None,
+    log: str | None = None,
 ) -> BenchResult:
     """Measure real DeepSpeed steps of a proxy of `model` under `config` (see module doc).
 
@@ -117,7 +118,9 @@ def run_bench(
     memory model's timeline; `keep_precision` keeps a bf16 config in bf16 on CPU (slow: keep the
     proxy's sequence short); `cpu_adam` runs DeepSpeedCPUAdam under optimizer offload on CPU too.
     `host_memory_s` (calibrate, CPU): every rank also measures the host memory rates for about this
-    long after its steps, so the rates are as fresh as the steps.
+    long after its steps, so the rates are as fresh as the steps. `log`: rank 0's output (DeepSpeed's
+    wall_clock_breakdown timers, headed by the job it ran) is copied there, for `calibrate --from-log`;
+    with `compare_stages`, the config's own stage's.
     """
     check_dependencies()
     if layers < 1 or warmup < 0 or steps < 1 or logged_steps < 1:
@@ -189,7 +192,10 @@ def run_bench(
         cfg = prepared.config if run_stage == stage else prepared_for(run_stage).config
         label = f"stage {run_stage}" + (f" ({index + 1}/{len(plan)})" if len(plan) > 1 else "")
         say(f"{label}: launching {nproc} rank(s)")
-        runs[run_stage] = (launcher or _launch)(task(cfg), nproc, kind, timeout_s, say, label)
+        if launcher is None:
+            runs[run_stage] = _launch(task(cfg), nproc, kind, timeout_s, say, label, log=log if index == 0 else None)
+        else:
+            runs[run_stage] = launcher(task(cfg), nproc, kind, timeout_s, say, label)
 
     notes = auto_notes + list(prepared.notes)
     if kind == "cpu" and 3 in runs:
@@ -258,13 +264,13 @@ def run_bench(
 
 
 def _launch(
-    task: dict[str, Any], nproc: int, kind: str, timeout_s: float, say: Progress, label: str
+    task: dict[str, Any], nproc: int, kind: str, timeout_s: float, say: Progress, label: str, log: str | None = None
 ) -> list[dict[str, Any]]:
     from zerotune.launch import LaunchSpec, launch
 
     env = {"DS_ACCELERATOR": "cpu"} if kind == "cpu" else {}
     env["OMP_NUM_THREADS"] = str(task["threads_per_rank"])
-    spec = LaunchSpec(module=WORKER, task=task, nproc=nproc, timeout_s=timeout_s, env=env)
+    spec = LaunchSpec(module=WORKER, task=task, nproc=nproc, timeout_s=timeout_s, env=env, log=log)
     return launch(spec, on_step=lambda rank, step: say(f"{label}: {step}") if rank == 0 else None)
 
 

@@ -18,6 +18,7 @@ zerotune.bench.instruments.
 
 from __future__ import annotations
 
+import json
 import os
 import resource
 import sys
@@ -28,6 +29,7 @@ from typing import Any
 
 from zerotune.bench.instruments import Clock, CommRecorder, Marks
 from zerotune.bench.noise import StopRule
+from zerotune.diagnose.signals.facts import BENCH_JOB
 from zerotune.launch import report_step, worker_rank, worker_task, write_result
 
 _OPTIMIZERS = {"adamw": "AdamW", "adam": "Adam", "sgd": "SGD", "adagrad": "Adagrad"}
@@ -80,7 +82,18 @@ def _rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
+def _say_job(task: dict[str, Any], world: int) -> None:
+    """Rank 0's first output line: the job it runs, for a reader of its log (`zerotune calibrate
+    --from-log`, `diagnose`: zerotune.diagnose.signals.facts.BENCH_JOB reads it). The proxy is no
+    catalog model and DeepSpeed (at its default WARNING level) prints no config: this line says both."""
+    job = {"model": task["spec"], "config": task["config"], "world_size": world, "seq_len": task["seq_len"],
+           "activation_checkpointing": bool(task.get("activation_checkpointing")), "device": task["device"]}  # fmt: skip
+    print(BENCH_JOB + json.dumps(job, separators=(",", ":")), flush=True)
+
+
 def _run(task: dict[str, Any], rank: int, world: int) -> dict[str, Any]:
+    if rank == 0:
+        _say_job(task, world)
     _report(task, rank, "import torch")
     import torch
     import torch.distributed as tdist

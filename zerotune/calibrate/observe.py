@@ -19,6 +19,14 @@ from zerotune.schema.hardware import HardwareProfile
 
 def _observation(label: str, scan: Scan, measured: Measured, options: Options, profile: HardwareProfile, notes: list[str]) -> Observation:
     job = read_job(scan, options, notes)
+    device = (scan.bench_job or {}).get("device")
+    if device is not None and (device == "cuda") != profile.has_gpus:
+        where = "GPUs" if device == "cuda" else "CPU ranks (gloo)"
+        raise InputError(
+            f"{label}: this `zerotune bench` run ran on {where}, the profile {profile.name!r} describes "
+            f"{'GPUs' if profile.has_gpus else 'a host without GPUs'}",
+            hint="pass --profile with this machine's probe (`zerotune probe --out probe.yaml`)",
+        )
     if job.config is None:
         raise InputError(f"{label}: no DeepSpeed config in the log", hint="pass the run's --config ds.json")
     if job.spec is None:

@@ -4,7 +4,12 @@ profile, which predict, recommend and bench quote."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from zerotune.schema.hardware import HardwareProfile
+
+if TYPE_CHECKING:
+    from zerotune.model.band import Band
 
 PROBE_ONLY_ERROR_PCT = 20.0
 """Expected step-time error of a prediction from a probed but uncalibrated profile: the probe-only
@@ -21,16 +26,51 @@ of every published source predicted leave-one-source-out (scripts/evidence/loso.
 (zerotune/model/band.py)."""
 
 
+def from_your_runs(profile: HardwareProfile) -> tuple[float, str] | None:
+    """(expected step-time error in percent, how it was measured) when the profile's step-time numbers
+    were fitted on the user's own runs (`calibrate --from-log`/`--measured`: each such value names its
+    run), else None."""
+    cal = profile.calibration
+    if cal is None or cal.expected_error_pct is None or not any(v.source for v in cal.values):
+        return None
+    return cal.expected_error_pct, cal.expected_error_method or "calibrate --from-log"
+
+
 def expected_error(profile: HardwareProfile) -> tuple[float, str] | None:
     """(expected step-time error in percent, how it is known) of predictions from this profile: the
-    calibration's own self-check, else the probe-only or catalog error of the evidence suites; None
-    for a calibration made before the self-check existed."""
+    calibration's own (its self-check, or for one on the user's runs its stated error), else the
+    probe-only or catalog error of the evidence suites; None for a calibration made before the
+    self-check existed."""
+    if (yours := from_your_runs(profile)) is not None:
+        return yours[0], "calibrated on your run(s)"
     if profile.calibration is not None:
         pct = profile.calibration.expected_error_pct
         return (pct, "the calibration's self-check") if pct is not None else None
     if profile.origin == "probe":
         return PROBE_ONLY_ERROR_PCT, "probe-only, scripts/evidence/accuracy.py"
     return CATALOG_ERROR_PCT, "catalog profile, leave-one-source-out: scripts/evidence/loso.py"
+
+
+def quoted_error(profile: HardwareProfile, band: Band | None) -> tuple[str | None, dict[str, object] | None]:
+    """The expected error predict and recommend quote (a line, and the --json `expected_error`): the
+    published band of the job's category (zerotune/model/band.py), except that a profile whose
+    step-time numbers come from the user's own runs quotes its calibration's step-time error instead:
+    those numbers are the run's, not the published runs' (the band's memory part stays, said as such:
+    no run states a memory error)."""
+    yours = from_your_runs(profile)
+    if yours is None:
+        return (band.line(), band.as_dict()) if band else (None, None)
+    pct, method = yours
+    line = (
+        f"expected error: throughput ±{pct:.0f}% from this profile's calibration on your run(s) ({method}), "
+        "not the published band: its step-time numbers come from your run"
+    )
+    doc: dict[str, object] = {"throughput": pct / 100, "throughput_from": f"calibration on your run(s): {method}"}
+    if band is not None:
+        doc |= {"category": band.category, "memory": band.memory, "published_throughput": band.throughput}
+        if band.memory is not None:
+            line += f"; peak memory ±{band.memory:.0%} (the published {band.category} band)"
+    return line, doc
 
 
 def provenance(profile: HardwareProfile) -> str:

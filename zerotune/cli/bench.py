@@ -72,6 +72,13 @@ def command(
     ] = None,
     timeout: Annotated[float, typer.Option(help="Wall-clock limit per launch, seconds.")] = 600.0,
     out: Annotated[str | None, typer.Option(help="Also write the JSON result here.")] = None,
+    log: Annotated[
+        str | None,
+        typer.Option(
+            help="Also write rank 0's DeepSpeed output here (its wall_clock_breakdown timers, headed by the job "
+            "it ran): a training log `zerotune calibrate --from-log` reads as it is."
+        ),
+    ] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite --out.")] = False,
     json_out: o.JsonOut = False,
     hf: Annotated[
@@ -121,7 +128,7 @@ def command(
         raise InputError(f"--target-rse must be in [0, 1), got {target_rse:g}")
     o.at_least(1, layers=layers, steps=steps, logged_steps=logged_steps, max_micro_steps=max_micro_steps,
                grad_accum=grad_accum, nproc=nproc)  # fmt: skip
-    refuse_overwrite(out, force=force)  # say so now, not after minutes of measuring
+    refuse_overwrite(out, log, force=force)  # say so now, not after minutes of measuring
     spec = load_model(model)
     ds_config = user_config(config, stage)
     notices: list[str] = []
@@ -137,7 +144,7 @@ def command(
             time_cap_s=time_cap, hf=hf, nproc=nproc, device=device, warmup=warmup, steps=steps,
             logged_steps=logged_steps, seed=seed, timeout_s=timeout, compare_stages=compare_stages,
             hardware=hardware, activation_checkpointing=checkpointing,
-            memory_phases=memory_phases,
+            memory_phases=memory_phases, log=log,
             progress=lambda message: status.update(f"bench: {message}"),
         )  # fmt: skip
     text = result.model_dump_json(indent=2)

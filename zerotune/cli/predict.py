@@ -101,17 +101,19 @@ def command(
         err.print(f"note: {notice}", markup=False)
     for line in [*job.warnings, *(f"DeepSpeed would reject this config: {r}" for r in rejected)]:
         err.print(f"warning: {line}", markup=False)
+    from zerotune.catalog.trust import quoted_error
     from zerotune.model.band import job_band
 
     z = job.resolved.zero
     band = job_band(job.spec, job.workload, z.offload_optimizer.device != "none" or z.offload_param.device != "none")
+    quoted = quoted_error(job.hardware, band)
     if json_out:
         doc = render.payload(job, memory, estimate, verdict) | {"deepspeed_rejects": rejected}
-        doc["expected_error"] = band.as_dict() if band else None
+        doc["expected_error"] = quoted[1]
         console.print_json(json.dumps(doc, indent=2))
     else:
         render.report(console.out(), job, memory, estimate, verdict, width)
-        if band:
-            console.out().print(band.line(), markup=False)
+        if quoted[0]:
+            console.out().print(quoted[0], markup=False)
     if rejected:
         raise typer.Exit(1)

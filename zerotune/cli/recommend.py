@@ -122,15 +122,17 @@ def command(
 
         rec, measured = measure_top(rec, measure, say=lambda m: err.print(m, style="dim", markup=False))
     files = write_outputs(rec, outputs, model, job.profile_ref)
+    from zerotune.catalog.trust import quoted_error
     from zerotune.model.band import job_band
 
     c = rec.as_run.candidate
     band = job_band(job.spec, rec.result.workload.model_copy(update={"seq_len": job.request.seq_len}), c.offload_optimizer != "none" or c.offload_param != "none")  # fmt: skip
+    quoted = quoted_error(job.hardware, band)
     if json_out:
         doc = to_json(rec, files=files, measured=measured)
-        doc["expected_error"] = band.as_dict() if band else None
+        doc["expected_error"] = quoted[1]
         console.print_json(json.dumps(doc, indent=2))
     else:
         render.report(console.out(), rec, measured, files)
-        if band:
-            console.out().print(band.line(), markup=False)
+        if quoted[0]:
+            console.out().print(quoted[0], markup=False)

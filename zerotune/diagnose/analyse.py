@@ -61,7 +61,9 @@ def read_job(scan: Scan, options: Options, notes: list[str]) -> explain.Job:
     """The job as the flags and the log tell it (config, world size, sequence length, model), each
     value with its source; shared with `calibrate --from-log`."""
     job = explain.Job()
-    # the config: --config, else DeepSpeed's dump, else single facts
+    bench = scan.bench_job or {}
+    where = f"log:{scan.bench_job_line.number}, the job `zerotune bench` ran" if scan.bench_job_line else ""
+    # the config: --config, else the bench's job line, else DeepSpeed's dump, else single facts
     if options.config is not None:
         from zerotune.dsconfig.load import read_config
 
@@ -69,6 +71,8 @@ def read_job(scan: Scan, options: Options, notes: list[str]) -> explain.Job:
         if not isinstance(raw, dict):
             raise InputError(f"{options.config}: a DeepSpeed config must be a JSON object")
         job.config, job.config_source = raw, "--config"
+    elif isinstance(bench.get("config"), dict):
+        job.config, job.config_source = bench["config"], where
     elif scan.config is not None:
         job.config, job.config_source = (
             scan.config,
@@ -88,6 +92,8 @@ def read_job(scan: Scan, options: Options, notes: list[str]) -> explain.Job:
     # the job: world size, sequence length, checkpointing, model, hardware
     if options.world_size is not None:
         job.world, job.world_source = options.world_size, "--world-size"
+    elif isinstance(bench.get("world_size"), int):
+        job.world, job.world_source = max(1, bench["world_size"]), where
     elif "world_size" in scan.facts:
         fact = scan.facts["world_size"]
         job.world, job.world_source = max(1, int(fact.value)), f"log:{fact.line.number}"  # type: ignore[call-overload]
@@ -97,13 +103,19 @@ def read_job(scan: Scan, options: Options, notes: list[str]) -> explain.Job:
         job.ranks_per_node = max(1, int(scan.facts["ranks_per_node"].value))  # type: ignore[call-overload]
     if options.seq_len is not None:
         job.seq_len, job.seq_source = options.seq_len, "--seq-len"
+    elif isinstance(bench.get("seq_len"), int):
+        job.seq_len, job.seq_source = bench["seq_len"], where
     if options.checkpointing is not None:
         job.checkpointing, job.checkpointing_source = options.checkpointing, "--checkpointing flag"
+    elif isinstance(bench.get("activation_checkpointing"), bool):
+        job.checkpointing, job.checkpointing_source = bench["activation_checkpointing"], where
     job.workload_options = dict(options.workload)
     if options.model is not None:
         from zerotune.catalog.models import load_model
 
         job.spec, job.spec_source = load_model(options.model), "--model"
+    elif _bench_model(bench, job, where, notes):
+        pass
     elif _model_from_log(scan, job, notes):
         pass
     else:
@@ -265,6 +277,23 @@ def _world_from_launch(scan: Scan) -> tuple[int, str] | None:
     n = int(nodes.value) if nodes is not None else 1  # type: ignore[call-overload]
     where = f"log:{per_node.line.number}" + (f", {nodes.line.number}" if nodes is not None else "")
     return max(1, n * int(per_node.value)), f"{where} (nodes × ranks per node)"  # type: ignore[call-overload]
+
+
+def _bench_model(bench: dict[str, Any], job: explain.Job, where: str, notes: list[str]) -> bool:
+    """The proxy model a `zerotune bench` run printed (a ModelSpec: no catalog model has its shape)."""
+    if not isinstance(bench.get("model"), dict):
+        return False
+    from pydantic import ValidationError
+
+    from zerotune.schema.model import ModelSpec
+
+    try:
+        job.spec = ModelSpec.model_validate(bench["model"])
+    except ValidationError as exc:
+        notes.append(f"the bench's model on {where} could not be read: {exc.errors()[0]['msg']}"[:200])
+        return False
+    job.spec_source = where
+    return True
 
 
 def _model_from_log(scan: Scan, job: explain.Job, notes: list[str]) -> bool:

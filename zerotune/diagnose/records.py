@@ -195,6 +195,9 @@ class Scan:
     """DeepSpeedConfig.print and ds_report's `name ...... value` lines: name -> (value, line)"""
     model_config: dict | None = None
     model_config_line: LogLine | None = None
+    bench_job: dict | None = None
+    """the job a `zerotune bench` run printed (its proxy model, config, world size, sequence length)"""
+    bench_job_line: LogLine | None = None
     breakdown: dict[str, list[float]] = field(default_factory=dict)
     """wall_clock_breakdown timer -> [sum ms, count] over the non-micro-step lines"""
     breakdown_line: LogLine | None = None

@@ -12,6 +12,7 @@ Sources, as printed at 0.19.8 / transformers 4.x / torch 2.x:
   (`group_world_size=2`, `global_world_sizes=[16, ...]`); accelerate: `Num processes: 4`.
 - HF scripts: `--model_name_or_path X`, `ModelArguments(model_name_or_path='X', ...)`, `loading
   configuration file X/config.json`, the model config dump (`Model config LlamaConfig {` ... `}`).
+- `zerotune bench`: the job its ranks ran (BENCH_JOB).
 """
 
 from __future__ import annotations
@@ -236,7 +237,26 @@ def _model_config(hit: Hit) -> None:
         hit.follower = _ModelConfigDump(hit.scan, [first], first.count("{") - first.count("}"), hit.line)
 
 
+# ---- the job a `zerotune bench` run ran ----------------------------------------------------------------------
+
+BENCH_JOB = "ZEROTUNE BENCH JOB "
+"""What rank 0 of `zerotune bench` prints first (zerotune/bench/step_worker.py): one JSON object with the
+proxy model (a ModelSpec), the DeepSpeed config, world size, sequence length, checkpointing and device
+(cpu or cuda) the ranks ran. The proxy is no catalog model, so its log says it for `calibrate --from-log`."""
+
+
+def _bench_job(hit: Hit) -> None:
+    _, _, text = hit.line.text.partition(BENCH_JOB)
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return
+    if isinstance(value, dict) and hit.scan.bench_job is None:
+        hit.scan.bench_job, hit.scan.bench_job_line = value, hit.line
+
+
 SIGNALS = (
+    Signal("bench_job", (BENCH_JOB.encode(),), (_bench_job,), claims=BENCH_JOB),
     Signal("facts", (*_FACT_TRIGGERS, rb"WORLD INFO DICT", rb"_info="), (_facts, _world_info)),
     Signal("ds_print", (rb"\.\. \S", rb"_size_per_gpu  \S"), (_printed,)),
     Signal("model_config", (rb"Model config \w+ \{",), (_model_config,), claims="Model config "),
