@@ -53,11 +53,11 @@ from zerotune.catalog.trust import expected_error
 from zerotune.schema.hardware import CalibratedValue, Calibration, HardwareProfile
 from zerotune.units import GiB
 
-ONE_RUN_ERROR_PCT = 24.1
+ONE_RUN_ERROR_PCT = 23.8
 """Expected step-time error of a profile calibrated on one run, for the machine's other jobs: the mean
 absolute throughput error of calibrating on one run of a published source and predicting its others,
-24.1% over 554 pairs of 33 sources (scripts/evidence/calibrate_from_log.py, 2026-11-27, the step model
-of 3f5805d; median 11.4%). Those runs give a throughput figure only; a run with wall_clock_breakdown
+23.8% over 554 pairs of 33 sources (scripts/evidence/calibrate_from_log.py, 2026-11-27, the step model
+after the per-part MFU and eager-attention terms; median 10.7%). Those runs give a throughput figure only; a run with wall_clock_breakdown
 timers identifies more (scripts/evidence/calibration_stability.py measures that on the CPU testbed), but
 no series of quiet rounds has yet, so the one-run figure stays the stated error."""
 
