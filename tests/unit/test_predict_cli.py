@@ -50,6 +50,15 @@ def test_json_has_the_contract_keys(cli, stage2):
     assert data["tokens_per_s"] == pytest.approx(tokens / data["step_time_s"])
 
 
+def test_memory_counters_as_a_run_reads_them(cli, stage2):
+    """The peak as each counter reads it: live bytes (max_memory_allocated), with cached blocks
+    (max_memory_reserved), with the CUDA context (nvidia-smi); said in the text report too."""
+    args = ("predict", "--config", stage2, "--model", "llama-7b", "--profile", "dgx-h100")
+    c = json.loads(cli(*args, "--json").stdout)["memory"]["counters"]
+    assert c["max_allocated"] < c["max_reserved"] < c["nvidia-smi"]
+    assert "max_memory_allocated" in cli(*args).stdout
+
+
 def test_optimizer_option_when_the_config_names_none(cli, stage2):
     """A config without an optimizer section runs the script's optimizer (HF Trainer's AdamW): --optimizer
     says which. SGD keeps one fp32 moment per parameter where AdamW keeps two (model/states.py
