@@ -19,7 +19,7 @@ from zerotune.errors import InputError
 from zerotune.model.fit import Verdict, fits
 from zerotune.model.memory import MemoryEstimate, estimate_memory
 from zerotune.schema.hardware import HardwareProfile
-from zerotune.schema.job import OPTIMIZERS, JobInputs
+from zerotune.schema.job import OPTIMIZERS, SAFETY_MARGIN, JobInputs
 from zerotune.schema.model import ModelSpec
 from zerotune.schema.record import JobRecord
 from zerotune.schema.workload import Workload
@@ -203,7 +203,9 @@ def resolve_job(inputs: JobInputs, config: dict[str, Any] | None = None, record:
             "pass --checkpoint-in-cpu if yours does"
         )
     warnings = [w for w in (position_warning(spec, seq),) if w]
-    margin = record.safety_margin if record else inputs.margin
+    margin = inputs.margin
+    if margin is None:  # not said: what recommend predicted the config with, else the one margin
+        margin = record.safety_margin if record else SAFETY_MARGIN
     return Job(spec, hardware, workload, resolved, filled, margin, notices, warnings)
 
 

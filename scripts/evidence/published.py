@@ -4,6 +4,7 @@
     .venv/bin/python scripts/evidence/published.py --split holdout    # only the hold-out runs
     .venv/bin/python scripts/evidence/published.py --json             # one JSON document on stdout
     .venv/bin/python scripts/evidence/published.py --record           # rewrite data/published/recorded.json
+    .venv/bin/python scripts/evidence/published.py --commands         # each run as a `zerotune predict` command
 
 No GPU is lent to this project, so the GPU side of the model (zerotune.model) is judged against the
 suite in data/published/runs.yaml: each run names its source (URL and where in it), the catalog model
@@ -585,7 +586,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--split", choices=("all", "fit", "holdout"), default="all")
     parser.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     parser.add_argument("--record", action="store_true", help=f"rewrite {RECORDED.relative_to(REPO)}")
+    parser.add_argument(
+        "--commands",
+        nargs="?",
+        const="",
+        metavar="DIR",
+        help="print each run's `zerotune predict` command instead, its files written under DIR "
+        "(default data/published/cli/): scripts/evidence/published_cli.py",
+    )
     args = parser.parse_args(argv)
+    if args.commands is not None:
+        from scripts.evidence import published_cli
+
+        return published_cli.main(["--out", args.commands] if args.commands else [])
     result = evaluate(args.split)
     if args.record:
         splits = {name: evaluate(name) for name in ("fit", "holdout")}

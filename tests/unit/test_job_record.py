@@ -59,3 +59,15 @@ def test_an_unknown_version_or_field_is_refused(cli, tmp_path) -> None:
     record_path(cfg).write_text(yaml.safe_dump(data | {"workload": {**data["workload"], "seq_len": -1}}))
     r = cli("predict", "--config", cfg)
     assert r.code == 2 and "workload.seq_len" in r.stderr
+
+
+def test_predict_margin_is_the_records_unless_said(cli, tmp_path) -> None:
+    """The recorded margin (what recommend judged the config with) applies when none is said; --margin 0
+    overrides it and asks whether the job can run at all: headroom = capacity - peak, to the byte."""
+    cfg = _write(tmp_path, _record().model_copy(update={"safety_margin": 0.2}))
+    recorded = json.loads(cli("predict", "--config", cfg, "--json").stdout)["memory"]
+    bare = json.loads(cli("predict", "--config", cfg, "--margin", "0", "--json").stdout)["memory"]
+    assert (recorded["safety_margin"], bare["safety_margin"]) == (0.2, 0)
+    assert recorded["per_gpu_bytes"] == bare["per_gpu_bytes"]
+    assert bare["headroom_bytes"] == bare["gpu_capacity_bytes"] - bare["per_gpu_bytes"]
+    assert recorded["headroom_bytes"] < bare["headroom_bytes"]

@@ -50,6 +50,31 @@ def test_json_has_the_contract_keys(cli, stage2):
     assert data["tokens_per_s"] == pytest.approx(tokens / data["step_time_s"])
 
 
+def test_memory_counters_as_a_run_reads_them(cli, stage2):
+    """The peak as each counter reads it: live bytes (max_memory_allocated), with cached blocks
+    (max_memory_reserved), with the CUDA context (nvidia-smi); said in the text report too."""
+    args = ("predict", "--config", stage2, "--model", "llama-7b", "--profile", "dgx-h100")
+    c = json.loads(cli(*args, "--json").stdout)["memory"]["counters"]
+    assert c["max_allocated"] < c["max_reserved"] < c["nvidia-smi"]
+    assert "max_memory_allocated" in cli(*args).stdout
+
+
+def test_optimizer_option_when_the_config_names_none(cli, stage2):
+    """A config without an optimizer section runs the script's optimizer (HF Trainer's AdamW): --optimizer
+    says which. SGD keeps one fp32 moment per parameter where AdamW keeps two (model/states.py
+    MOMENT_BYTES), so the sharded optimizer states shrink; a config's own optimizer `type` wins."""
+    args = ("predict", "--config", stage2, "--model", "llama-7b", "--profile", "dgx-h100", "--json")
+    adamw = json.loads(cli(*args).stdout)
+    sgd = json.loads(cli(*args, "--optimizer", "sgd").stdout)
+    assert (adamw["workload"]["optimizer"], sgd["workload"]["optimizer"]) == ("adamw", "sgd")
+    assert sgd["memory"]["per_gpu_bytes"] < adamw["memory"]["per_gpu_bytes"]
+    assert cli(*args, "--optimizer", "nadam").code == 2
+    named = stage2.parent / "adam.json"
+    named.write_text(json.dumps({"bf16": {"enabled": True}, "zero_optimization": {"stage": 2}, "optimizer": {"type": "Adam"}}))
+    r = cli("predict", "--config", named, "--model", "llama-7b", "--profile", "dgx-h100", "--optimizer", "sgd", "--json")
+    assert json.loads(r.stdout)["workload"]["optimizer"] == "adam"
+
+
 def test_checkpoint_in_cpu_moves_checkpoints_to_host_memory(cli, stage2):
     """--checkpoint-in-cpu: llama-7b's 32 block inputs leave the GPU but 3 (bf16, 2 x 2048 x 4096 each)
     and 31 of them per rank wait in host RAM; the header says so."""

@@ -46,7 +46,7 @@ AdHocParams = Annotated[float | None, typer.Option("--params", help=_help("param
 AdHocLayers = Annotated[int | None, typer.Option("--layers", help=_help("layers"))]
 AdHocHidden = Annotated[int | None, typer.Option("--hidden", help=_help("hidden"))]
 Hf = Annotated[bool, typer.Option("--hf", help=_help("hf"))]
-Margin = Annotated[float, typer.Option(help=_help("margin"))]
+Margin = Annotated[float | None, typer.Option(help=_help("margin"), show_default=False)]
 FromLog = Annotated[
     list[str] | None,
     typer.Option("--from-log", help="Calibrate from this training log (DeepSpeed/HF output) instead of running steps; repeatable."),

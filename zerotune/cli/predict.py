@@ -40,7 +40,9 @@ def command(
     checkpointing: o.Checkpointing = None,
     checkpoint_in_cpu: o.CheckpointInCpu = False,
     precision: o.Precision = None,
+    optimizer: o.Optimizer = None,
     hf: o.Hf = False,
+    margin: o.Margin = None,
     attention: o.Attention = None,
     liger: o.Liger = None,
     cross_entropy: o.CrossEntropy = None,
@@ -70,6 +72,7 @@ def command(
         model=model, params=params, layers=layers, hidden=hidden, profile=profile, seq_len=seq_len,
         world_size=world_size, gpus=gpus, nodes=nodes, gpu_memory=gpu_memory, micro_batch=micro_batch, grad_accum=grad_accum,
         checkpointing=checkpointing, checkpoint_in_cpu=checkpoint_in_cpu or None, precision=precision, hf=hf or None,
+        optimizer=optimizer, margin=margin,
         **o.workload_said(attention, liger, cross_entropy, swiglu, rmsnorm, rotary, packing, activation_offloading, zero_init, moe_impl),
     )  # fmt: skip
     launched: list[str] = []

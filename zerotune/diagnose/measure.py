@@ -24,12 +24,13 @@ from dataclasses import dataclass, field, replace
 
 from zerotune.diagnose.records import LogLine, Scan
 from zerotune.errors import InputError
+from zerotune.model.memory import COUNTER_KINDS
 from zerotune.units import GiB
 
 WARMUP_STEPS = 1
 """Leading per-step values dropped when a series has more than 2 (the first step also allocates,
 builds and warms caches); the median then does the rest."""
-MEMORY_KINDS = ("max_allocated", "max_reserved", "nvidia-smi")
+MEMORY_KINDS = COUNTER_KINDS
 
 
 @dataclass(frozen=True)

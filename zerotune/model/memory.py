@@ -403,6 +403,9 @@ def compare_options(
     return rows
 
 
+COUNTER_KINDS = ("max_allocated", "max_reserved", "nvidia-smi")
+"""The peak-memory counters a run reads, each with its own figure (counter_bytes)."""
+
 
 def counter_bytes(estimate: MemoryEstimate, kind: str) -> int:
     """The estimate as the counter a run reads.

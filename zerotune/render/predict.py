@@ -191,6 +191,8 @@ def report(out: Console, job: Job, memory: MemoryEstimate, estimate: StepEstimat
 
     out.print(escape(header(job)), soft_wrap=True)
     out.print(memory_breakdown_table(memory, title=f"memory per GPU, fits with a {verdict.margin:.0%} margin?"))
+    if job.hardware.has_gpus:
+        out.print(counters_line(memory), markup=False)
     for line in verdict_lines(verdict):
         out.print(line, markup=False, style="bold" if line.startswith("does NOT") else None)
     from zerotune.catalog.trust import expected_error
@@ -230,6 +232,7 @@ def payload(job: Job, memory: MemoryEstimate, estimate: StepEstimate, verdict: V
             "nvme_bytes_per_node": memory.nvme_bytes_per_node,
             "breakdown": asdict(b),
             "peak_phase": _peak_phase(memory),
+            "counters": counters(memory) if job.hardware.has_gpus else None,
             "timeline": {p.name: {t.label: t.nbytes for t in p.terms if t.nbytes} for p in memory.timeline},
         },
         "collectives": [
@@ -243,6 +246,22 @@ def payload(job: Job, memory: MemoryEstimate, estimate: StepEstimate, verdict: V
         ],
         "notes": [*memory.notes, *estimate.notes],
     }
+
+
+def counters(memory: MemoryEstimate) -> dict[str, int]:
+    """The per-GPU peak as each counter reads it (zerotune.model.memory.counter_bytes): what to hold a
+    measured torch.cuda.max_memory_allocated, max_memory_reserved or nvidia-smi figure against."""
+    from zerotune.model.memory import COUNTER_KINDS, counter_bytes
+
+    return {kind: counter_bytes(memory, kind) for kind in COUNTER_KINDS}
+
+
+def counters_line(memory: MemoryEstimate) -> str:
+    c = counters(memory)
+    return (
+        f"as a run reads it: max_memory_allocated {fmt_bytes(c['max_allocated'])}, "
+        f"max_memory_reserved {fmt_bytes(c['max_reserved'])}, nvidia-smi {fmt_bytes(c['nvidia-smi'])}"
+    )
 
 
 def _peak_phase(memory: MemoryEstimate) -> dict[str, Any] | None:

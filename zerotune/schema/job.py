@@ -111,7 +111,11 @@ class JobInputs:
         "MoE experts: grouped (one grouped GEMM) or loop (HF transformers' per-expert loop; default grouped).",
     )
     hf: bool = _said(False, 'The config goes through HF Trainer: fill "auto" values as HF does.')
-    margin: float = _said(SAFETY_MARGIN, "Memory safety margin on top of the predicted peak.")
+    margin: float | None = _said(
+        None,
+        "Memory safety margin on top of the predicted peak, a fraction (default 0.1; predict: the one recommend "
+        "recorded with the config). 0 asks whether the job can run at all.",
+    )
 
     def check(self) -> None:
         """One-line input errors, before anything is loaded."""
@@ -141,7 +145,7 @@ class JobInputs:
             if value is not None and value not in allowed:
                 flag = "--" + name.replace("_", "-")
                 raise InputError(f"{flag} must be one of {', '.join(allowed)}, got {value!r}")
-        if not 0 <= self.margin < 1:
+        if self.margin is not None and not 0 <= self.margin < 1:
             raise InputError(f"--margin must be in [0, 1), got {self.margin:g}")
         if self.model is not None and self.adhoc:
             raise InputError("--model and --params/--layers/--hidden are exclusive", hint="choose one")
