@@ -33,9 +33,15 @@ activations): what a GPU's caching allocator would call "allocated".
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 MARK_PREFIX = "zerotune_mark::"
+SETTLE_S = 0.05
+"""CPU: each mark first sleeps this long, so that gloo's workers drop the collectives the engine
+has finished with before the next phase begins (module doc); otherwise a block the engine is done
+with counts into the next phase whenever a loaded host is slow to run the worker (seen once:
+82 MB in one run's forward of s2-ga2 and not in the next). 4 marks per micro-step."""
 
 
 class PhaseRecorder:
@@ -71,6 +77,7 @@ class PhaseRecorder:
             self._marks.append((label, torch.cuda.memory_allocated(), torch.cuda.max_memory_allocated()))
             torch.cuda.reset_peak_memory_stats()
             return
+        time.sleep(SETTLE_S)
         probe = torch.empty(1)  # a record here reads the process-wide count at the mark (module doc)
         del probe
         with torch.profiler.record_function(MARK_PREFIX + label):
