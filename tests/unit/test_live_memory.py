@@ -85,4 +85,4 @@ def test_gloo_collectives_leave_nothing_behind() -> None:
     finally:
         dist.destroy_process_group()
     assert row["peak"] - start >= BLOCK
-    assert row["end"] == start  # the recorder that paired records by address kept up to 9 outputs
+    assert row["end"] == start  # pairing records by address left 150-500 MB here, different every run
