@@ -21,8 +21,11 @@ Terms (bytes of one rank; e = model dtype, Ψ parameters, part = ⌈Ψ/N_d⌉, R
   `overlap_comm` reduces after backward (`reduce_gradients`, forward order): every full gradient is
   live until it is copied into the bucket, and the partition buffer is allocated only after the first
   R of them are gone. Stage 2 frees the other ranks' gradients after each flush; stage 1 keeps them
-  (viewing the bucket) until the epilogue (`_clear_param_grad_only`). Without contiguous gradients
-  no bucket buffer exists: the flush flattens the bucket (≤ min(R, Ψ) elements, `allreduce_bucket`);
+  (viewing the bucket) until the epilogue (`_clear_param_grad_only`). With `reduce_scatter` each
+  flush flattens the bucket's slices into a new tensor (`average_tensor` -> `allreduce_and_scatter`
+  -> `allreduce_bucket`), freed before `grads_in_partition` is allocated: the copy meets the
+  partition buffer from the second flush on. Without contiguous gradients no bucket buffer exists:
+  the flush flattens the bucket (≤ min(R, Ψ) elements, `allreduce_bucket`);
 - the step (stage_1_and_2.py `step`; stage3.py `_prepare_fp32_grad_for_sub_group`): the partition's
   gradients are flattened into a new tensor (part elements, model dtype) and cast to fp32 (a second
   tensor unless the model is fp32; stage 3 per sub-group), next to the gradients it copies; those are
@@ -137,6 +140,9 @@ class StepInputs(NamedTuple):
     """optimizer offload: host gradient accumulators, from the first accumulating backward on"""
     host_step: int = 0
     """optimizer offload: host temporaries of the step"""
+    reduce_scatter: bool = True
+    """stage 1/2: `reduce_scatter` (a flush flattens the bucket's slices into a new tensor; without
+    it the bucket is all-reduced in place)"""
 
 
 def with_host(s: StepInputs, phases: tuple[Phase, ...]) -> tuple[Phase, ...]:
@@ -236,9 +242,29 @@ def _device_phases(s: StepInputs) -> tuple[Phase, ...]:
     reduce_in_backward = s.stage == 2 or s.overlap
     if reduce_in_backward:
         # first flush that holds the fullest rank's partition: the last rank owns the end of the
-        # model, which backward reduces first
+        # model, which backward reduces first. A flush first flattens the bucket's gradient slices
+        # into a new tensor (stage_1_and_2.py `average_tensor` -> `allreduce_and_scatter` ->
+        # `allreduce_and_copy_with_multiple_ranks` -> `allreduce_bucket`: `self.flatten(bucket)`),
+        # freed once the reduced values are copied back; only then does `copy_grads_in_partition`
+        # allocate `grads_in_partition`, so the copy meets the partition buffer from the second
+        # flush on (traced on the engine, s2-ga2 rank 1: the 191 MB copy of a 50M-element bucket
+        # holding 47.8M, with the 286 MB partition buffer and the bucket, set the backward peak).
         first = min(s.bucket, psi)
+        second = min(s.bucket, psi - first)
         left, current = activations_left(s.acts.walk, first)
+        flat = s.reduce_scatter and s.contiguous
+        if flat:
+            phases.append(
+                Phase(
+                    "first bucket flush (flattened copy)",
+                    "backward",
+                    base + carried + (
+                        _t("activations", ACTIVATIONS, left),
+                        bucket_term,
+                        _t("flattened bucket", BUFFERS, first * e),
+                    ),
+                )
+            )
         phases.append(
             Phase(
                 "first bucket flush",
@@ -251,6 +277,19 @@ def _device_phases(s: StepInputs) -> tuple[Phase, ...]:
                 ),
             )
         )
+        if flat and second > 0:
+            phases.append(
+                Phase(
+                    "second bucket flush (flattened copy)",
+                    "backward",
+                    base + carried + (
+                        _t("activations", ACTIVATIONS, activations_left(s.acts.walk, first + second)[0]),
+                        bucket_term,
+                        gip,
+                        _t("flattened bucket", BUFFERS, second * e),
+                    ),
+                )
+            )
         end_grads: tuple[Term, ...] = (gip,)
         phases.append(Phase("end of autograd", "backward", base + carried + (bucket_term, gip)))
     else:
@@ -268,29 +307,19 @@ def _device_phases(s: StepInputs) -> tuple[Phase, ...]:
     # NCCL, while gloo's `all_gather_into_tensor` fills a temporary of the output's size first
     # (measured on the engine: the s2-offload step peak is exactly this on top of the steady state).
     gathered = (_t("all-gather output (gloo)", BUFFERS, psi * e),) if s.gloo else ()
-    kept: tuple[Term, ...] = ()
     if s.offload:
-        # the update runs on the host (DeepSpeedCPUAdam). The partition's gradients are never
-        # repointed out of the bucket (`copy_grads_in_partition` copies them to the host buffer
-        # and leaves `param.grad` a view of it) nor freed by the step's offload branch, so the
-        # bucket buffers outlive the step
-        if s.contiguous:
-            kept = (_t("reduce bucket (viewed by the partition's gradients)", BUFFERS, buffers * e),)
-        phases.append(Phase("optimizer step (on the host)", "step", base + kept))
-        phases.append(Phase("all-gather updated parameters", "step", base + kept + gathered))
-        phases.append(Phase("after step", "end", base + kept))
+        # the update runs on the host (DeepSpeedCPUAdam); the bucket is gone by then (measured:
+        # data/evidence/memory_engine.json s2-offload, whose step and after-step live bytes are the
+        # steady state plus gloo's all-gather temporary; an earlier harness that missed frees on
+        # gloo's worker threads had counted the bucket as kept)
+        phases.append(Phase("optimizer step (on the host)", "step", base))
+        phases.append(Phase("all-gather updated parameters", "step", base + gathered))
+        phases.append(Phase("after step", "end", base))
         return tuple(phases)
-    if s.stage == 1 and s.contiguous and not s.overlap and s.bucket < psi:
-        # Measured (data/evidence/memory_engine.json, s1-b5e6 and s1-ga2: exactly one bucket,
-        # 20.0 MB and 200.0 MB; not with overlap_comm, s1-overlap-b5e7): when stage 1's reduction
-        # after backward (`reduce_gradients`) fills the bucket more than once, the
-        # buffer `setup_buckets` allocated outlives the epilogue's `_release_ipg_buffers` and the
-        # step, and is gone by the next forward. The reference that keeps it was not traced.
-        kept = (_t("reduce bucket (still referenced)", BUFFERS, buffers * e),)
-    phases.append(_step(s, base + kept, end_grads, part, s.step_elements, flatten=True))
+    phases.append(_step(s, base, end_grads, part, s.step_elements, flatten=True))
     if gathered:
-        phases.append(Phase("all-gather updated parameters", "step", base + kept + gathered))
-    phases.append(Phase("after step", "end", base + kept))
+        phases.append(Phase("all-gather updated parameters", "step", base + gathered))
+    phases.append(Phase("after step", "end", base))
     return tuple(phases)
 
 

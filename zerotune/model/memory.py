@@ -298,6 +298,7 @@ def estimate_memory(
         host_init=host_init,
         host_moments=host_moments,
         host_accum=host_accum,
+        reduce_scatter=zero.reduce_scatter,
     )
     timeline = timeline_stage3(inputs) if stage == 3 else timeline_below_stage3(inputs)
     if stage == 3 and not workload.zero_init:

@@ -9,11 +9,12 @@ partitioned_param_coordinator.py).
   dtype) and, with contiguous gradients, one `reduce_bucket_size` bucket in the communication dtype.
 - End of forward: the parameters still gathered (the whole model at the default
   `stage3_max_reuse_distance` of 1e9: a module is released only if its next use is further away;
-  zerotune.model.memory_facts `gathered_elements`) and the activations, plus the coalesced
-  all-gather of the next prefetch still in flight (`partition_parameters.py
-  all_gather_coalesced`: a flat buffer of the gathered elements that the parameters become views of).
-- Backward: at its start the activations and the loss gradients, with the first backward
-  prefetch in flight (the same coalesced all-gather); the gradients are reduce-scattered
+  zerotune.model.memory_facts `gathered_elements`, which includes the prefetch issued ahead: its
+  coalesced all-gather's flat buffer, `partition_parameters.py all_gather_coalesced`, is counted
+  there once) and the activations. Measured on the engine (data/evidence/memory_engine.json, every
+  stage-3 row): the end of forward is exactly the steady state, the gathered model and the
+  activations, with no further all-gather in flight.
+- Backward: at its start the activations and the loss gradients; the gradients are reduce-scattered
   bucket by bucket into the partition buffer (`__reduce_and_partition_ipg_grads`), and each module's
   parameters are released after its backward; at the end only the steady state is left.
 - Step (`_prepare_fp32_grad_for_sub_group`): per sub-group of ≤ `sub_group_size` elements, the
@@ -53,11 +54,10 @@ def timeline_stage3(s: StepInputs) -> tuple[Phase, ...]:
     base = steady(s) + (grad_buffer, bucket)
     init = tuple(t for t in base if t.label != "optimizer moments")
     gathered = Term("gathered parameters", PARAMS, s.gathered_bytes)
-    in_flight = Term("all-gather in flight", BUFFERS, s.prefetch_bytes)
     fwd = Phase(
         "end of forward (gathered)",
         "forward",
-        base + (gathered, in_flight, Term("activations", ACTIVATIONS, s.acts.forward)),
+        base + (gathered, Term("activations", ACTIVATIONS, s.acts.forward)),
     )
     # From step 2 on (complete trace) the forward starts with the whole fetchable model in flight
     # (memory_facts `first_fetch_elements`): flat buffers of every issued all-gather, plus the
@@ -84,7 +84,6 @@ def timeline_stage3(s: StepInputs) -> tuple[Phase, ...]:
         base
         + (
             gathered,
-            in_flight,
             Term("activations", ACTIVATIONS, s.acts.backward),
             Term("first gradient", GRADS, s.largest_tensor * e),
         ),
