@@ -76,13 +76,17 @@ class Phase:
         """live bytes on the device"""
         self.host = host
         """what the rank holds in host memory then (optimizer offload)"""
-        self.host_total = sum(map(_nbytes, host))
+        self.host_total = sum(map(_nbytes, host)) if host else 0
 
     def __repr__(self) -> str:
         return f"Phase({self.name!r}, {self.total})"
 
     def by_kind(self, kind: str) -> int:
         return _kinds(self).get(kind, 0)
+
+    def kinds(self) -> dict[str, int]:
+        """Live bytes per MemoryBreakdown field (`by_kind` of each at once)."""
+        return _kinds(self)
 
     def terms_named(self, label: str) -> int:
         return sum(t.nbytes for t in self.terms if t.label == label)
@@ -150,8 +154,13 @@ def with_host(s: StepInputs, phases: tuple[Phase, ...]) -> tuple[Phase, ...]:
     if s.host_accum:
         steady += (_t("gradient accumulators", GRADS, s.host_accum),)
     step = steady + ((_t("step temporaries", OPTIMIZER, s.host_step),) if s.host_step else ())
-    by_group = {"init": init, "step": step}
-    return tuple(Phase(p.name, p.group, p.terms, by_group.get(p.group, steady)) for p in phases)
+    by_group = {group: (host, sum(map(_nbytes, host))) for group, host in (("init", init), ("step", step))}
+    other = (steady, sum(map(_nbytes, steady)))
+    # The phases were made by the caller for this timeline and are not shared yet: completing them
+    # in place costs two attributes each, where copies would sum their device terms again.
+    for p in phases:
+        p.host, p.host_total = by_group.get(p.group, other)
+    return phases
 
 
 def _t(label: str, kind: str, nbytes: int) -> Term:

@@ -270,13 +270,13 @@ def estimate_memory(
         host_accum=host_accum,
     )
     timeline = timeline_stage3(inputs) if stage == 3 else timeline_below_stage3(inputs)
-    top = peak(timeline)
-    comm = top.by_kind(BUFFERS)
-    activations = top.by_kind(ACTIVATIONS)
+    kinds = peak(timeline).kinds()
+    comm = kinds.get(BUFFERS, 0)
+    activations = kinds.get(ACTIVATIONS, 0)
     breakdown = MemoryBreakdown(
-        params=top.by_kind(PARAMS),
-        gradients=top.by_kind(GRADS),
-        optimizer_states=top.by_kind(OPTIMIZER),
+        params=kinds.get(PARAMS, 0),
+        gradients=kinds.get(GRADS, 0),
+        optimizer_states=kinds.get(OPTIMIZER, 0),
         comm_buffers=comm,
         activations=activations,
         overhead=max(0, CUDA_CONTEXT_BYTES + int(FRAGMENTATION * (activations + comm)) + _slack(hardware)),
