@@ -168,15 +168,23 @@ def _t(label: str, kind: str, nbytes: int) -> Term:
 
 
 def steady(s: StepInputs) -> tuple[Term, ...]:
-    terms = [_t("parameters", PARAMS, s.params)]
-    if s.offload and s.stage in (1, 2):
-        # the device-side staging buffer of the largest parameter, made at init
-        # (stage_1_and_2.py __init__ `temp_grad_buffer_for_gpu_offload`)
-        terms.append(_t("offload staging buffer", BUFFERS, s.largest_tensor * s.elem))
-    if s.master:
-        terms.append(_t("master weights", OPTIMIZER, s.master))
-    if s.moments:
-        terms.append(_t("optimizer moments", OPTIMIZER, s.moments))
+    # the device-side staging buffer of the largest parameter, made at init
+    # (stage_1_and_2.py __init__ `temp_grad_buffer_for_gpu_offload`)
+    staging = s.largest_tensor * s.elem if s.offload and s.stage in (1, 2) else None
+    return _steady(s.params, staging, s.master, s.moments)
+
+
+@lru_cache(maxsize=4096)
+def _steady(params: int, staging: int | None, master: int, moments: int) -> tuple[Term, ...]:
+    """`steady` on the four numbers it reads: the search's thousands of timelines share a few steady
+    states (the knobs it varies move the step's transient terms, not these)."""
+    terms = [_t("parameters", PARAMS, params)]
+    if staging is not None:
+        terms.append(_t("offload staging buffer", BUFFERS, staging))
+    if master:
+        terms.append(_t("master weights", OPTIMIZER, master))
+    if moments:
+        terms.append(_t("optimizer moments", OPTIMIZER, moments))
     return tuple(terms)
 
 

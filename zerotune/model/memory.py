@@ -13,6 +13,8 @@ Everything here is pure arithmetic on ints: the search calls `estimate_memory` f
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import attrgetter
+from typing import NamedTuple
 
 from zerotune.dsconfig.settings import ZeroSettings
 from zerotune.model.activations import checkpoint_host_bytes
@@ -59,6 +61,9 @@ parameters, buckets): their varying sizes leave reserved-but-unallocated blocks,
 of them (PyTorch CUDA caching allocator; `expandable_segments` lowers it). Model states are a few
 flat buffers allocated once and fragment little, so they are left out of the base."""
 
+_host_total = attrgetter("host_total")
+
+
 def _slack(hardware: HardwareProfile | None) -> int:
     """What a run on this machine measured beyond (or below) the estimate: `gpu.memory_slack_bytes`,
     fitted by `zerotune calibrate --from-log` (zerotune/calibrate/from_log.py); 0 when not measured."""
@@ -82,9 +87,8 @@ OFFLOAD_OPTIONS: tuple[tuple[int, str, str], ...] = (
 """(stage, offload_optimizer, offload_param) combinations worth comparing; stage 0 ignores offload."""
 
 
-@dataclass(frozen=True)
-class MemoryBreakdown:
-    """Bytes per GPU."""
+class MemoryBreakdown(NamedTuple):
+    """Bytes per GPU (a NamedTuple, as MemoryEstimate)."""
 
     params: int
     gradients: int
@@ -102,8 +106,10 @@ class MemoryBreakdown:
         return self.model_states + self.comm_buffers + self.activations + self.overhead
 
 
-@dataclass(frozen=True)
-class MemoryEstimate:
+class MemoryEstimate(NamedTuple):
+    """One rank's memory (a NamedTuple: the search makes one per distinct candidate, thousands, and a
+    frozen dataclass sets each field through object.__setattr__, several times slower)."""
+
     per_gpu: MemoryBreakdown
     cpu_bytes_per_node: int
     """host RAM the offload needs on each node (pinned buffers included)"""
@@ -288,7 +294,7 @@ def estimate_memory(
     if workload.checkpoint_in_cpu and workload.activation_checkpointing:
         seq, micro = workload.seq_len, workload.micro_batch
         host_static += checkpoint_host_bytes(facts.num_layers, seq, micro, facts.hidden, precision)
-    host_rank = host_static + max(p.host_total for p in timeline)
+    host_rank = host_static + max(map(_host_total, timeline))
     cpu = host_rank * per_node
     nvme = states.nvme * per_node
 

@@ -44,14 +44,20 @@ GLOO_THREADS = 2
 (`torch.distributed.ProcessGroupGloo._Options()._threads` is 2 at torch 2.13; ProcessGroupGloo.cpp)."""
 
 
+@lru_cache(maxsize=4096)
+def _between_steps(steady_terms: tuple[Term, ...], grad_buffer: int, bucket: int) -> tuple[tuple[Term, ...], tuple[Term, ...]]:
+    """(live between steps, live after init: no moments yet), on the numbers they read: the search's
+    stage-3 grid varies the transient terms around a few of these."""
+    base = steady_terms + (Term("gradient partition buffer", GRADS, grad_buffer), Term("reduce bucket", BUFFERS, bucket))
+    return base, tuple(t for t in base if t.label != "optimizer moments")
+
+
 @lru_cache(maxsize=8192)
 def timeline_stage3(s: StepInputs) -> tuple[Phase, ...]:
     e, part = s.elem, s.part
     # under optimizer offload the gradient partitions live in pinned host memory (`self.device` is cpu)
-    grad_buffer = Term("gradient partition buffer", GRADS, 0 if s.offload else part * s.grad_accum_width)
-    bucket = Term("reduce bucket", BUFFERS, s.bucket * s.comm_elem if s.contiguous else 0)
-    base = steady(s) + (grad_buffer, bucket)
-    init = tuple(t for t in base if t.label != "optimizer moments")
+    grad_buffer = 0 if s.offload else part * s.grad_accum_width
+    base, init = _between_steps(steady(s), grad_buffer, s.bucket * s.comm_elem if s.contiguous else 0)
     gathered = Term("gathered parameters", PARAMS, s.gathered_bytes)
     in_flight = Term("all-gather in flight", BUFFERS, s.prefetch_bytes)
     fwd = Phase(
