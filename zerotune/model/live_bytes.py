@@ -149,18 +149,25 @@ def with_host(s: StepInputs, phases: tuple[Phase, ...]) -> tuple[Phase, ...]:
     device), the accumulators and the step's temporaries."""
     if not s.offload:
         return phases
-    init = (_t("offloaded optimizer buffers", OPTIMIZER, s.host_init),)
-    steady = init + (_t("optimizer moments", OPTIMIZER, s.host_moments),)
-    if s.host_accum:
-        steady += (_t("gradient accumulators", GRADS, s.host_accum),)
-    step = steady + ((_t("step temporaries", OPTIMIZER, s.host_step),) if s.host_step else ())
-    by_group = {group: (host, sum(map(_nbytes, host))) for group, host in (("init", init), ("step", step))}
-    other = (steady, sum(map(_nbytes, steady)))
+    by_group, other = _host_terms(s.host_init, s.host_moments, s.host_accum, s.host_step)
     # The phases were made by the caller for this timeline and are not shared yet: completing them
     # in place costs two attributes each, where copies would sum their device terms again.
     for p in phases:
         p.host, p.host_total = by_group.get(p.group, other)
     return phases
+
+
+@lru_cache(maxsize=1024)
+def _host_terms(init_bytes: int, moments: int, accum: int, temporaries: int) -> tuple[dict, tuple]:
+    """({"init"/"step": (host terms, their bytes)}, (terms, bytes) of the other phases), on the four
+    numbers they read: the search's offload timelines share a few."""
+    init = (_t("offloaded optimizer buffers", OPTIMIZER, init_bytes),)
+    steady = init + (_t("optimizer moments", OPTIMIZER, moments),)
+    if accum:
+        steady += (_t("gradient accumulators", GRADS, accum),)
+    step = steady + ((_t("step temporaries", OPTIMIZER, temporaries),) if temporaries else ())
+    by_group = {group: (host, sum(map(_nbytes, host))) for group, host in (("init", init), ("step", step))}
+    return by_group, (steady, sum(map(_nbytes, steady)))
 
 
 def _t(label: str, kind: str, nbytes: int) -> Term:

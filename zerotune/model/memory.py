@@ -37,6 +37,7 @@ from zerotune.model.memory_facts import (
     gathered_elements,
     persistent_of,
     reuse_kept_elements,
+    reuse_note,
     stage3_note,
 )
 from zerotune.model.stage3_live import timeline_stage3
@@ -45,7 +46,7 @@ from zerotune.schema.hardware import HardwareProfile
 from zerotune.schema.job import SAFETY_MARGIN
 from zerotune.schema.model import ModelSpec
 from zerotune.schema.workload import Workload
-from zerotune.units import DTYPE_BYTES, GiB, fmt_bytes, fmt_count
+from zerotune.units import DTYPE_BYTES, GiB, fmt_bytes
 
 DEFAULT_MARGIN = SAFETY_MARGIN  # the one margin (schema/job.py); callers judging otherwise pass theirs
 
@@ -319,10 +320,7 @@ def estimate_memory(
     if stage == 3:
         notes.append(stage3_note(gathered, persistent, zero.prefetch_bucket_size, zero.max_live_parameters))
         if kept:
-            notes.append(
-                f"stage3_max_reuse_distance {fmt_count(zero.max_reuse_distance)} keeps the last "
-                f"{fmt_count(kept)} parameter elements gathered from forward into backward"
-            )
+            notes.append(reuse_note(zero.max_reuse_distance, kept))
     if hardware is not None and hardware.host.ram_bytes and cpu > hardware.host.ram_bytes:
         notes.append(
             f"offload needs {fmt_bytes(cpu)} of host RAM per node, the node has {fmt_bytes(hardware.host.ram_bytes)}"

@@ -113,17 +113,18 @@ def timeline_stage3(s: StepInputs) -> tuple[Phase, ...]:
     if not s.contiguous:
         flush += (Term("bucket gradients", GRADS, fill * e),)
     reduce = Phase("bucket flush (reduce-scatter)", "backward", base + flush)
-    flat = Term("flattened gradient sub-group", GRADS, s.step_elements * e)
-    fp32 = Term("fp32 gradient copy", GRADS, s.step_elements * s.master_width)
-    copy = (flat,) if e == s.master_width else (flat, fp32)
-    temps = 2 * s.step_elements * s.master_width if s.torch_optimizer and not s.offload else 0
-    first = Phase("optimizer step (gradient copy)", "step", base + copy)
-    second = Phase(
-        "optimizer step (update)", "step", base + (fp32,) + ((Term("optimizer temporaries", OPTIMIZER, temps),) if temps else ())
-    )
-    step = first if first.total >= second.total or s.offload else second
     if s.offload:
         step = Phase("optimizer step", "step", base)
+    else:
+        flat = Term("flattened gradient sub-group", GRADS, s.step_elements * e)
+        fp32 = Term("fp32 gradient copy", GRADS, s.step_elements * s.master_width)
+        copy = (flat,) if e == s.master_width else (flat, fp32)
+        temps = 2 * s.step_elements * s.master_width if s.torch_optimizer else 0
+        first = Phase("optimizer step (gradient copy)", "step", base + copy)
+        second = Phase(
+            "optimizer step (update)", "step", base + (fp32,) + ((Term("optimizer temporaries", OPTIMIZER, temps),) if temps else ())
+        )
+        step = first if first.total >= second.total else second
     return with_host(s, (
         Phase("after init", "init", init),
         *((first_fetch,) if s.in_flight_bytes else ()),
