@@ -62,7 +62,8 @@ _total = attrgetter("total")
 
 
 class Phase:
-    """What is live at one boundary of the step (immutable; hashes by identity: each is made once per
+    """What is live at one boundary of the step (immutable once its timeline is built: `with_host` fills
+    in the host terms of the phases it is given, still unshared; hashes by identity: each is made once per
     cached timeline, and the search compares thousands of them)."""
 
     __slots__ = ("name", "group", "terms", "total", "host", "host_total")

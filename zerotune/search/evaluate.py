@@ -33,7 +33,7 @@ class Evaluation(NamedTuple):
     step: Any | None
     """StepEstimate (zerotune.model.step); None when pruned by memory"""
     reject: str | None
-    """why it was pruned (zerotune.model.fit.fits): "gpu" (GPU memory), "rank" (a CPU host's RAM share per rank) or
+    """why it was pruned (zerotune.model.fit.rejects): "gpu" (GPU memory), "rank" (a CPU host's RAM share per rank) or
     "host" (CPU RAM for offload); None when it fits"""
     per_gpu_bytes: int
     tokens_per_s: float
