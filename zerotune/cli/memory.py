@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
 
 from zerotune.cli import options as o
 from zerotune.schema.job import SAFETY_MARGIN, JobInputs
@@ -102,7 +101,7 @@ def _payload(job, rows, verdicts) -> dict:
                 "total_bytes_per_gpu": row.estimate.per_gpu.total,
                 "cpu_bytes": row.estimate.cpu_bytes_per_node,
                 "nvme_bytes": row.estimate.nvme_bytes_per_node,
-                "breakdown": asdict(row.estimate.per_gpu),
+                "breakdown": row.estimate.per_gpu._asdict(),
                 "fits": verdict.fits,
                 "fit": {"reason": verdict.reason, "assumptions": list(verdict.assumptions)},
                 "headroom_bytes": verdict.headroom_bytes,

@@ -9,7 +9,7 @@ precision, micro-batch). Each value remembers its source.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from zerotune.diagnose.records import Scan
@@ -128,7 +128,7 @@ def workload_for(config: dict[str, Any], job: Job) -> Workload:
 
 
 def _terms(breakdown: Any) -> dict[str, int]:
-    terms = asdict(breakdown)
+    terms = breakdown._asdict()
     return terms
 
 

@@ -29,8 +29,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import hjson
-
 from zerotune.errors import InputError
 from zerotune.files import is_readable_file
 
@@ -207,6 +205,8 @@ def load_text(text: str, path: str = "<text>") -> LoadedConfig:
     except (json.JSONDecodeError, ValueError) as exc:
         json_error = exc
         dups = _Duplicates()
+        import hjson  # only for files that are not JSON: recommend and predict never need it (~30 M instructions)
+
         try:
             loaded.data = hjson.loads(text, object_pairs_hook=dups)
             loaded.parsed = True

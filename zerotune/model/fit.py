@@ -77,15 +77,11 @@ def fits(
     """The verdict for one memory estimate of a job on `hardware` with `ranks_per_node` ranks a node."""
     assumptions: list[str] = []
     rank = memory.per_gpu.total
-    if hardware.has_gpus:
-        cap = memory.gpu_capacity_bytes
-        what = "GPU memory"
-        if cap is None:
-            assumptions.append(f"GPU memory NOT checked: profile {hardware.name!r} records no GPU memory size")
-    else:
-        cap, what = host_rank_capacity(hardware, ranks_per_node)
-        if cap is None:
-            assumptions.append(f"rank memory NOT checked: profile {hardware.name!r} records no host RAM")
+    cap, what = _rank_capacity(memory, hardware, ranks_per_node)
+    if cap is None and hardware.has_gpus:
+        assumptions.append(f"GPU memory NOT checked: profile {hardware.name!r} records no GPU memory size")
+    elif cap is None:
+        assumptions.append(f"rank memory NOT checked: profile {hardware.name!r} records no host RAM")
     host = memory.cpu_bytes_per_node
     ram = hardware.host.ram_bytes
     if host and not ram:
@@ -93,11 +89,30 @@ def fits(
             f"host RAM NOT checked: offload needs {host / 2**30:.1f} GiB per node and profile "
             f"{hardware.name!r} records no host RAM"
         )
-    reason: Reason | None = None
-    if cap is not None and padded(rank, margin) > cap:
-        reason = "gpu" if hardware.has_gpus else "rank"
-    elif ram and host and padded(host, margin) > ram:
-        reason = "host"
+    reason = _reason(rank, cap, host, ram, margin, hardware.has_gpus)
     checked = cap is not None or bool(ram and host)
     verdict = False if reason else (True if checked else None)
     return Verdict(verdict, reason, margin, hardware.has_gpus, rank, cap, what, host, ram or None, tuple(assumptions))
+
+
+def rejects(memory: MemoryEstimate, hardware: HardwareProfile, ranks_per_node: int, margin: float) -> Reason | None:
+    """`fits(...).reason` alone, without the verdict's words: the search judges thousands of estimates
+    and reads only this."""
+    cap = _rank_capacity(memory, hardware, ranks_per_node)[0]
+    return _reason(memory.per_gpu.total, cap, memory.cpu_bytes_per_node, hardware.host.ram_bytes, margin, hardware.has_gpus)
+
+
+def _reason(rank: int, cap: int | None, host: int, ram: int | None, margin: float, on_gpu: bool) -> Reason | None:
+    """The check that fails, if any: the rank's memory first, then the node's host RAM."""
+    if cap is not None and padded(rank, margin) > cap:
+        return "gpu" if on_gpu else "rank"
+    if ram and host and padded(host, margin) > ram:
+        return "host"
+    return None
+
+
+def _rank_capacity(memory: MemoryEstimate, hardware: HardwareProfile, ranks_per_node: int) -> tuple[int | None, str]:
+    """(bytes one rank may use, what they are): the GPU's memory, or on a host without GPUs its share of RAM."""
+    if hardware.has_gpus:
+        return memory.gpu_capacity_bytes, "GPU memory"
+    return host_rank_capacity(hardware, ranks_per_node)

@@ -65,7 +65,8 @@ _total = attrgetter("total")
 
 
 class Phase:
-    """What is live at one boundary of the step (immutable; hashes by identity: each is made once per
+    """What is live at one boundary of the step (immutable once its timeline is built: `with_host` fills
+    in the host terms of the phases it is given, still unshared; hashes by identity: each is made once per
     cached timeline, and the search compares thousands of them)."""
 
     __slots__ = ("name", "group", "terms", "total", "host", "host_total")
@@ -79,13 +80,17 @@ class Phase:
         """live bytes on the device"""
         self.host = host
         """what the rank holds in host memory then (optimizer offload)"""
-        self.host_total = sum(map(_nbytes, host))
+        self.host_total = sum(map(_nbytes, host)) if host else 0
 
     def __repr__(self) -> str:
         return f"Phase({self.name!r}, {self.total})"
 
     def by_kind(self, kind: str) -> int:
         return _kinds(self).get(kind, 0)
+
+    def kinds(self) -> dict[str, int]:
+        """Live bytes per MemoryBreakdown field (`by_kind` of each at once)."""
+        return _kinds(self)
 
     def terms_named(self, label: str) -> int:
         return sum(t.nbytes for t in self.terms if t.label == label)
@@ -151,13 +156,25 @@ def with_host(s: StepInputs, phases: tuple[Phase, ...]) -> tuple[Phase, ...]:
     device), the accumulators and the step's temporaries."""
     if not s.offload:
         return phases
-    init = (_t("offloaded optimizer buffers", OPTIMIZER, s.host_init),)
-    steady = init + (_t("optimizer moments", OPTIMIZER, s.host_moments),)
-    if s.host_accum:
-        steady += (_t("gradient accumulators", GRADS, s.host_accum),)
-    step = steady + ((_t("step temporaries", OPTIMIZER, s.host_step),) if s.host_step else ())
-    by_group = {"init": init, "step": step}
-    return tuple(Phase(p.name, p.group, p.terms, by_group.get(p.group, steady)) for p in phases)
+    by_group, other = _host_terms(s.host_init, s.host_moments, s.host_accum, s.host_step)
+    # The phases were made by the caller for this timeline and are not shared yet: completing them
+    # in place costs two attributes each, where copies would sum their device terms again.
+    for p in phases:
+        p.host, p.host_total = by_group.get(p.group, other)
+    return phases
+
+
+@lru_cache(maxsize=1024)
+def _host_terms(init_bytes: int, moments: int, accum: int, temporaries: int) -> tuple[dict, tuple]:
+    """({"init"/"step": (host terms, their bytes)}, (terms, bytes) of the other phases), on the four
+    numbers they read: the search's offload timelines share a few."""
+    init = (_t("offloaded optimizer buffers", OPTIMIZER, init_bytes),)
+    steady = init + (_t("optimizer moments", OPTIMIZER, moments),)
+    if accum:
+        steady += (_t("gradient accumulators", GRADS, accum),)
+    step = steady + ((_t("step temporaries", OPTIMIZER, temporaries),) if temporaries else ())
+    by_group = {group: (host, sum(map(_nbytes, host))) for group, host in (("init", init), ("step", step))}
+    return by_group, (steady, sum(map(_nbytes, steady)))
 
 
 def _t(label: str, kind: str, nbytes: int) -> Term:
@@ -165,15 +182,23 @@ def _t(label: str, kind: str, nbytes: int) -> Term:
 
 
 def steady(s: StepInputs) -> tuple[Term, ...]:
-    terms = [_t("parameters", PARAMS, s.params)]
-    if s.offload and s.stage in (1, 2):
-        # the device-side staging buffer of the largest parameter, made at init
-        # (stage_1_and_2.py __init__ `temp_grad_buffer_for_gpu_offload`)
-        terms.append(_t("offload staging buffer", BUFFERS, s.largest_tensor * s.elem))
-    if s.master:
-        terms.append(_t("master weights", OPTIMIZER, s.master))
-    if s.moments:
-        terms.append(_t("optimizer moments", OPTIMIZER, s.moments))
+    # the device-side staging buffer of the largest parameter, made at init
+    # (stage_1_and_2.py __init__ `temp_grad_buffer_for_gpu_offload`)
+    staging = s.largest_tensor * s.elem if s.offload and s.stage in (1, 2) else None
+    return _steady(s.params, staging, s.master, s.moments)
+
+
+@lru_cache(maxsize=4096)
+def _steady(params: int, staging: int | None, master: int, moments: int) -> tuple[Term, ...]:
+    """`steady` on the four numbers it reads: the search's thousands of timelines share a few steady
+    states (the knobs it varies move the step's transient terms, not these)."""
+    terms = [_t("parameters", PARAMS, params)]
+    if staging is not None:
+        terms.append(_t("offload staging buffer", BUFFERS, staging))
+    if master:
+        terms.append(_t("master weights", OPTIMIZER, master))
+    if moments:
+        terms.append(_t("optimizer moments", OPTIMIZER, moments))
     return tuple(terms)
 
 

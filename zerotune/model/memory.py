@@ -13,6 +13,8 @@ Everything here is pure arithmetic on ints: the search calls `estimate_memory` f
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import attrgetter
+from typing import NamedTuple
 
 from zerotune.dsconfig.settings import ZeroSettings
 from zerotune.model.activations import checkpoint_host_bytes
@@ -36,6 +38,7 @@ from zerotune.model.memory_facts import (
     gathered_elements,
     persistent_of,
     reuse_kept_elements,
+    reuse_note,
     stage3_note,
 )
 from zerotune.model.stage3_live import timeline_stage3
@@ -44,7 +47,7 @@ from zerotune.schema.hardware import HardwareProfile
 from zerotune.schema.job import SAFETY_MARGIN
 from zerotune.schema.model import ModelSpec
 from zerotune.schema.workload import Workload
-from zerotune.units import DTYPE_BYTES, GiB, fmt_bytes, fmt_count
+from zerotune.units import DTYPE_BYTES, GiB, fmt_bytes
 
 DEFAULT_MARGIN = SAFETY_MARGIN  # the one margin (schema/job.py); callers judging otherwise pass theirs
 
@@ -75,6 +78,9 @@ average, up to 25 GB) against the caching allocator: that much of the caching al
 memory held no tensor. So reserved ≈ allocated / (1 − 0.15), never above what the GPU has beyond the context: when
 cudaMalloc fails the allocator frees its cached blocks and retries (PyTorch "CUDA semantics",
 memory management; c10/cuda/CUDACachingAllocator.cpp `release_cached_blocks`)."""
+
+
+_host_total = attrgetter("host_total")
 
 
 def _slack(hardware: HardwareProfile | None) -> int:
@@ -112,9 +118,8 @@ OFFLOAD_OPTIONS: tuple[tuple[int, str, str], ...] = (
 """(stage, offload_optimizer, offload_param) combinations worth comparing; stage 0 ignores offload."""
 
 
-@dataclass(frozen=True)
-class MemoryBreakdown:
-    """Bytes per GPU."""
+class MemoryBreakdown(NamedTuple):
+    """Bytes per GPU (a NamedTuple, as MemoryEstimate)."""
 
     params: int
     gradients: int
@@ -132,8 +137,10 @@ class MemoryBreakdown:
         return self.model_states + self.comm_buffers + self.activations + self.overhead
 
 
-@dataclass(frozen=True)
-class MemoryEstimate:
+class MemoryEstimate(NamedTuple):
+    """One rank's memory (a NamedTuple: the search makes one per distinct candidate, thousands, and a
+    frozen dataclass sets each field through object.__setattr__, several times slower)."""
+
     per_gpu: MemoryBreakdown
     cpu_bytes_per_node: int
     """host RAM the offload needs on each node (pinned buffers included)"""
@@ -303,13 +310,13 @@ def estimate_memory(
     timeline = timeline_stage3(inputs) if stage == 3 else timeline_below_stage3(inputs)
     if stage == 3 and not workload.zero_init:
         timeline = (whole_model_at_init(facts.psi, e), *timeline)
-    top = peak(timeline)
-    comm = top.by_kind(BUFFERS)
-    activations = top.by_kind(ACTIVATIONS)
+    kinds = peak(timeline).kinds()
+    comm = kinds.get(BUFFERS, 0)
+    activations = kinds.get(ACTIVATIONS, 0)
     breakdown = MemoryBreakdown(
-        params=top.by_kind(PARAMS),
-        gradients=top.by_kind(GRADS),
-        optimizer_states=top.by_kind(OPTIMIZER),
+        params=kinds.get(PARAMS, 0),
+        gradients=kinds.get(GRADS, 0),
+        optimizer_states=kinds.get(OPTIMIZER, 0),
         comm_buffers=comm,
         activations=activations,
         overhead=max(0, CUDA_CONTEXT_BYTES + int(FRAGMENTATION * (activations + comm)) + _slack(hardware)),
@@ -321,7 +328,7 @@ def estimate_memory(
     if workload.checkpoint_in_cpu and workload.activation_checkpointing:
         seq, micro = workload.seq_len, workload.micro_batch
         host_static += checkpoint_host_bytes(facts.num_layers, seq, micro, facts.hidden, precision)
-    host_rank = host_static + max(p.host_total for p in timeline)
+    host_rank = host_static + max(map(_host_total, timeline))
     cpu = host_rank * per_node
     nvme = states.nvme * per_node
 
@@ -346,10 +353,7 @@ def estimate_memory(
     if stage == 3:
         notes.append(stage3_note(gathered, persistent, zero.prefetch_bucket_size, zero.max_live_parameters))
         if kept:
-            notes.append(
-                f"stage3_max_reuse_distance {fmt_count(zero.max_reuse_distance)} keeps the last "
-                f"{fmt_count(kept)} parameter elements gathered from forward into backward"
-            )
+            notes.append(reuse_note(zero.max_reuse_distance, kept))
     if hardware is not None and hardware.host.ram_bytes and cpu > hardware.host.ram_bytes:
         notes.append(
             f"offload needs {fmt_bytes(cpu)} of host RAM per node, the node has {fmt_bytes(hardware.host.ram_bytes)}"

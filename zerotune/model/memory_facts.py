@@ -277,3 +277,11 @@ def stage3_note(gathered: int, persistent: int, prefetch: int, max_live: int) ->
         f"stage 3 keeps up to {fmt_count(gathered)} gathered + {fmt_count(persistent)} persistent "
         f"parameter elements on each GPU (prefetch {fmt_count(prefetch)}, max_live {fmt_count(max_live)})"
     )
+
+
+@lru_cache(maxsize=4096)
+def reuse_note(max_reuse_distance: int, kept: int) -> str:
+    return (
+        f"stage3_max_reuse_distance {fmt_count(max_reuse_distance)} keeps the last "
+        f"{fmt_count(kept)} parameter elements gathered from forward into backward"
+    )

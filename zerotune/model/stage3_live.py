@@ -45,14 +45,20 @@ GLOO_THREADS = 2
 (`torch.distributed.ProcessGroupGloo._Options()._threads` is 2 at torch 2.13; ProcessGroupGloo.cpp)."""
 
 
+@lru_cache(maxsize=4096)
+def _between_steps(steady_terms: tuple[Term, ...], grad_buffer: int, bucket: int) -> tuple[tuple[Term, ...], tuple[Term, ...]]:
+    """(live between steps, live after init: no moments yet), on the numbers they read: the search's
+    stage-3 grid varies the transient terms around a few of these."""
+    base = steady_terms + (Term("gradient partition buffer", GRADS, grad_buffer), Term("reduce bucket", BUFFERS, bucket))
+    return base, tuple(t for t in base if t.label != "optimizer moments")
+
+
 @lru_cache(maxsize=8192)
 def timeline_stage3(s: StepInputs) -> tuple[Phase, ...]:
     e, part = s.elem, s.part
     # under optimizer offload the gradient partitions live in pinned host memory (`self.device` is cpu)
-    grad_buffer = Term("gradient partition buffer", GRADS, 0 if s.offload else part * s.grad_accum_width)
-    bucket = Term("reduce bucket", BUFFERS, s.bucket * s.comm_elem if s.contiguous else 0)
-    base = steady(s) + (grad_buffer, bucket)
-    init = tuple(t for t in base if t.label != "optimizer moments")
+    grad_buffer = 0 if s.offload else part * s.grad_accum_width
+    base, init = _between_steps(steady(s), grad_buffer, s.bucket * s.comm_elem if s.contiguous else 0)
     gathered = Term("gathered parameters", PARAMS, s.gathered_bytes)
     fwd = Phase(
         "end of forward (gathered)",
@@ -106,17 +112,18 @@ def timeline_stage3(s: StepInputs) -> tuple[Phase, ...]:
     if not s.contiguous:
         flush += (Term("bucket gradients", GRADS, fill * e),)
     reduce = Phase("bucket flush (reduce-scatter)", "backward", base + flush)
-    flat = Term("flattened gradient sub-group", GRADS, s.step_elements * e)
-    fp32 = Term("fp32 gradient copy", GRADS, s.step_elements * s.master_width)
-    copy = (flat,) if e == s.master_width else (flat, fp32)
-    temps = 2 * s.step_elements * s.master_width if s.torch_optimizer and not s.offload else 0
-    first = Phase("optimizer step (gradient copy)", "step", base + copy)
-    second = Phase(
-        "optimizer step (update)", "step", base + (fp32,) + ((Term("optimizer temporaries", OPTIMIZER, temps),) if temps else ())
-    )
-    step = first if first.total >= second.total or s.offload else second
     if s.offload:
         step = Phase("optimizer step", "step", base)
+    else:
+        flat = Term("flattened gradient sub-group", GRADS, s.step_elements * e)
+        fp32 = Term("fp32 gradient copy", GRADS, s.step_elements * s.master_width)
+        copy = (flat,) if e == s.master_width else (flat, fp32)
+        temps = 2 * s.step_elements * s.master_width if s.torch_optimizer else 0
+        first = Phase("optimizer step (gradient copy)", "step", base + copy)
+        second = Phase(
+            "optimizer step (update)", "step", base + (fp32,) + ((Term("optimizer temporaries", OPTIMIZER, temps),) if temps else ())
+        )
+        step = first if first.total >= second.total else second
     return with_host(s, (
         Phase("after init", "init", init),
         *((first_fetch,) if s.in_flight_bytes else ()),

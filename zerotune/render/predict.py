@@ -210,7 +210,6 @@ def report(out: Console, job: Job, memory: MemoryEstimate, estimate: StepEstimat
 
 def payload(job: Job, memory: MemoryEstimate, estimate: StepEstimate, verdict: Verdict) -> dict[str, Any]:
     """The --json document of predict (also what scripts read)."""
-    from dataclasses import asdict
 
     from zerotune.model.step import step_summary
 
@@ -230,7 +229,7 @@ def payload(job: Job, memory: MemoryEstimate, estimate: StepEstimate, verdict: V
             "headroom_bytes": verdict.headroom_bytes,
             "cpu_bytes_per_node": memory.cpu_bytes_per_node,
             "nvme_bytes_per_node": memory.nvme_bytes_per_node,
-            "breakdown": asdict(b),
+            "breakdown": b._asdict(),
             "peak_phase": _peak_phase(memory),
             "counters": counters(memory) if job.hardware.has_gpus else None,
             "timeline": {p.name: {t.label: t.nbytes for t in p.terms if t.nbytes} for p in memory.timeline},

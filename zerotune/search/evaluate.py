@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from zerotune.model.fit import fits
+from zerotune.model.fit import rejects
 from zerotune.schema.hardware import HardwareProfile
 from zerotune.schema.model import ModelSpec
 from zerotune.schema.workload import Workload
@@ -33,7 +33,7 @@ class Evaluation(NamedTuple):
     step: Any | None
     """StepEstimate (zerotune.model.step); None when pruned by memory"""
     reject: str | None
-    """why it was pruned (zerotune.model.fit.fits): "gpu" (GPU memory), "rank" (a CPU host's RAM share per rank) or
+    """why it was pruned (zerotune.model.fit.rejects): "gpu" (GPU memory), "rank" (a CPU host's RAM share per rank) or
     "host" (CPU RAM for offload); None when it fits"""
     per_gpu_bytes: int
     tokens_per_s: float
@@ -112,7 +112,7 @@ class Evaluator:
             memory = self.memory_fn(
                 self.model, workload, zero, hardware=self.hardware, safety_margin=self.margin
             )
-            reject = fits(memory, self.hardware, self.base.gpus_per_node, self.margin).reason
+            reject = rejects(memory, self.hardware, self.base.gpus_per_node, self.margin)
             known = self.memories[mkey] = (memory, reject, memory.per_gpu.total)
         return known
 

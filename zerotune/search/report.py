@@ -3,7 +3,6 @@ prediction, the alternatives and the baselines, as plain data."""
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from zerotune.dsconfig.knobs import STAGE3_KNOBS, ZERO_KEYS
@@ -83,7 +82,7 @@ def to_json(
                 "gpu_capacity_bytes": mem.gpu_capacity_bytes,
                 "cpu_bytes_per_node": mem.cpu_bytes_per_node,
                 "nvme_bytes_per_node": mem.nvme_bytes_per_node,
-                "breakdown": asdict(b),
+                "breakdown": b._asdict(),
             },
         },
         "top": [candidate_summary(ev) for ev in rec.top],
