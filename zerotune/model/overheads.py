@@ -85,7 +85,8 @@ MOE_LOOP_EXPERT_KERNELS = 11
 """Kernels per hit expert in that loop: index the expert mask, one-argument `torch.where` (a nonzero,
 which syncs), gather the expert's tokens, w1, activation, w3, multiply, w2, index the routing weights,
 scale, `index_add_` into the output. A training micro-batch routes hundreds of tokens x top-k, so every
-expert is hit (counted as all `experts` of the block)."""
+expert is hit (counted as all `experts` of the block). A shared expert (Qwen2-MoE, DeepSeek) adds a dense
+MLP's kernels, left out (a few percent of such a block's 60-256 experts' launches)."""
 
 
 def launch_weight(layer: LayerSpec, moe_loop: bool) -> float:
