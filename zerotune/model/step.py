@@ -208,12 +208,12 @@ def synced_blocks(prep: Prepared, workload: Workload, hardware: HardwareProfile)
 _OVERHEADS: dict[tuple, tuple] = {}
 
 
-def _overheads(prep: Prepared, hardware: HardwareProfile, stage: int) -> Overheads:
-    key = (id(prep), id(hardware), stage)
+def _overheads(prep: Prepared, hardware: HardwareProfile, stage: int, moe_loop: bool) -> Overheads:
+    key = (id(prep), id(hardware), stage, moe_loop)
     hit = _OVERHEADS.get(key)
     if hit is not None and hit[0] is hardware and hit[1] is prep:
         return hit[2]
-    value = overheads(hardware.overheads, prep.model, stage)
+    value = overheads(hardware.overheads, prep.model, stage, moe_loop)
     if len(_OVERHEADS) > 1024:
         _OVERHEADS.clear()
     _OVERHEADS[key] = (hardware, prep, value)
@@ -251,7 +251,7 @@ def predict_step(
     stage = zero.stage
     cost = _comm_cost(hardware, n, nodes)
     notes.extend(cost.notes)
-    oh = _overheads(prep, hardware, stage)
+    oh = _overheads(prep, hardware, stage, prep.model.num_experts > 1 and workload.moe_impl == "loop")
     serial = not hardware.has_gpus
     # Per-layer seconds with host hooks (zerotune/model/overheads.py): stage 3 hooks every module in
     # both passes; stage 1/2 gradient hooks in the backwards that fill buckets (stage 2 all of them,
