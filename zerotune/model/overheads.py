@@ -72,13 +72,14 @@ def layer_seconds(device_s: float, host_s: float, serial: bool) -> float:
     return device_s + host_s if serial else max(device_s, host_s)
 
 
-PRIOR_TERMS = ("per_step_s", "per_module_hook_s", "per_layer_launch_s")
+PRIOR_TERMS = ("per_step_s", "per_module_hook_s", "per_layer_launch_s", "cpu_adam_thread_params_per_s")
 """The terms the global prior states (the ones the published suite identifies: whole-step timings)."""
 
 GLOBAL_PRIOR = OverheadSpec(
     per_step_s=0.30,
     per_module_hook_s=2.0e-4,
     per_layer_launch_s=1.6e-3,
+    cpu_adam_thread_params_per_s=2.0e8,
     origin="published",
     source="global prior fitted across all 39 published sources (137 timed runs; "
     "scripts/evidence/fit_published.py), judged leave-one-source-out (scripts/evidence/loso.py)",
@@ -92,7 +93,10 @@ What the fit absorbs (issue 18): `per_layer_launch_s` sits at the top of LAUNCH_
 (3.2 ms) the in-sample fit takes it, but only to flatten the Qwen README's step times (1.8B at 2.1-2.3 s
 from 256 to 2048 tokens, 7B at 4.0 s at 256 and 512: a fixed cost no other source shows) while BELLE#402
 and the autotuning GPT-2 rows get worse, and leave-one-source-out gets worse (39.5% against 38.7%):
-it is one source's unexplained floor, not a launch cost, so the grid stays. `per_module_hook_s` took
+it is one source's unexplained floor, not a launch cost, so the grid stays. `cpu_adam_thread_params_per_s`
+(2e8) is identified by one source only, DeepCompile's Llama-3-70B offload runs (accelerate launch: one
+OpenMP thread per rank); a leave-one-source-out fold without it falls back to the per-core share
+(zerotune/model/offload.py thread_cpu_adam). `per_module_hook_s` took
 8e-4 while the HF MoE expert loop's host syncs were not modelled (the Mixtral rows' missing seconds
 went into the stage-3 hook); with them modelled (step.py synced_blocks) it is 2e-4."""
 
