@@ -485,8 +485,9 @@ def test_fitted_optimizer_rate_replaces_adam_and_null_terms_are_named(small, dgx
 
 
 def test_offload_gradients_cross_pcie_every_micro_step(small, dgx):
-    """Stage 2 + CPU optimizer: after the lone backward of GA 1 only the fp32-buffer copy (2 B/elem);
-    every further micro-step accumulates through the GPU (+4 B/elem: H2D and D2H of 16-bit)."""
+    """Stage 2 + CPU optimizer: after the lone backward of GA 1 only the fp32-buffer copy (4 B/elem:
+    0.19.8 converts the gradient to the master dtype on the GPU before copying it); every further
+    micro-step accumulates through the GPU (+4 B/elem: H2D and D2H of 16-bit)."""
     z = ZeroSettings(stage=2, offload_optimizer={"device": "cpu"})
     pcie = dgx.host.h2d_pinned_Bps or 25e9
     part = small.params / 8
@@ -497,6 +498,10 @@ def test_offload_gradients_cross_pcie_every_micro_step(small, dgx):
     # blocking (overlap_comm off): each micro-step's copies add to the step
     extra_per_micro = (ga4.step_time_s - ga1.step_time_s) - (none4.step_time_s - none1.step_time_s)
     assert extra_per_micro == pytest.approx(3 * part * 4 / pcie + part * 4 / pcie, rel=0.02)
+    # the boundary copy carries the master dtype: a 16-bit master halves it (stage_1_and_2.py
+    # async_inplace_copy_grad_to_fp32_buffer_from_gpu: src_tensor.to(master_weights_and_grads_dtype))
+    half = predict_step(small, wl(), ZeroSettings(stage=2, offload_optimizer={"device": "cpu"}, master_dtype="bf16"), dgx)
+    assert ga1.step_time_s - half.step_time_s == pytest.approx(part * 2 / pcie, rel=0.02)
 
 
 def test_sub_group_size_is_not_a_speed_knob_and_nvme_moves_32_bytes(small, dgx):

@@ -6,8 +6,10 @@ partition, issued on the reduction stream after each bucket: concurrent with `ov
 compute stream otherwise):
 - stage 1/2 (`copy_grads_in_partition`): unless the step is one lone backward (GA 1),
   `async_accumulate_grad_in_cpu_via_gpu` copies the CPU accumulator to the GPU, adds, and copies it
-  back (2 x 16-bit); at the boundary the gradient is copied into the fp32 CPU buffer (16-bit over
-  PCIe: torch converts dtypes on the CPU side of a host<->device copy, aten Copy.cu);
+  back (2 x 16-bit); at the boundary the gradient is converted to the master dtype on the GPU and
+  copied into the fp32 CPU buffer (`async_inplace_copy_grad_to_fp32_buffer_from_gpu`: `src_tensor.to(
+  master_weights_and_grads_dtype)` before the copy; the compact fp32 partition buffer path converts with
+  `source.to(destination.dtype)` likewise): 4 B per element over PCIe, 2 B with a 16-bit master;
 - stage 3 (`partition_grads`): the partition lands in the CPU `grad_partitions_flat_buffer` and is
   brought back to the GPU to accumulate or to hand on (2 x grad-accum dtype every micro-step), and
   at the boundary converted on the GPU to the master dtype and copied to the optimizer's gradient (4 B
@@ -200,7 +202,7 @@ def gradient_bytes_per_element(s: StepSetup, boundary: bool) -> int:
     if s.stage == 3:
         return 2 * s.accum_bytes + (DTYPE_BYTES[s.zero.master_dtype] if boundary else 0)
     accumulate = not boundary or s.workload.grad_accum > 1
-    return (2 * s.elem_bytes if accumulate else 0) + (s.elem_bytes if boundary else 0)
+    return (2 * s.elem_bytes if accumulate else 0) + (DTYPE_BYTES[s.zero.master_dtype] if boundary else 0)
 
 
 def gradient_copy_s(s: StepSetup, numel: int, boundary: bool) -> float:
