@@ -152,8 +152,9 @@ def cpu_adam_rate(s: StepSetup) -> float:
     rank: launcher/launch.py), else each rank's pool spans the node (the shared node rate). torchrun
     exports OMP_NUM_THREADS=1 when nproc_per_node > 1 and it is unset (torch/distributed/run.py), and
     accelerate launch exports --num_cpu_threads_per_process, default OMP_NUM_THREADS or 1 on GPU jobs
-    (accelerate commands/launch.py `_validate_launch_command`, utils/launch.py): each rank's CPU Adam,
-    and torch's CPU ops of the step, then run on one thread."""
+    (accelerate commands/launch.py `_validate_launch_command`, utils/launch.py; 1 since accelerate PR #753,
+    Oct 2022: before it, from PR #562, every process took all physical cores): each rank's CPU Adam, and
+    torch's CPU ops of the step, then run on one thread."""
     per_node = max(s.workload.gpus_per_node, 1)
     shared = node_cpu_adam(s.hardware)[0] / per_node
     threads = s.workload.omp_threads
