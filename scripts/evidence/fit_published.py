@@ -45,6 +45,12 @@ of kernels at a few microseconds of launch latency each, plus its Python)."""
 STEP_GRID = tuple(i * 0.01 for i in range(0, 101))
 """Per-step seconds tried: 0 to 1 s in 10 ms steps (published steps take 0.3 s to minutes)."""
 
+THREAD_GRID = tuple(round(25e6 * 2 ** (k / 2), -5) for k in range(11))
+"""DeepSpeedCPUAdam params/s of one OpenMP thread tried (runs whose launcher leaves one thread per rank,
+Workload.omp_threads): 25M to 800M in steps of sqrt(2), from about one core's share of the DGX-2
+anchor (33M AVX-512, 17M AVX2: zerotune/model/offload.py) to what one core's memory bandwidth allows
+for the update's 28 B per parameter (fp32 parameter, gradient and both moments read, three written)."""
+
 
 @dataclass(frozen=True)
 class Timed:
@@ -54,10 +60,18 @@ class Timed:
     measured_s: float
     predicted_s: dict[tuple[int, int], float]
     """Per (HOOK_GRID index, LAUNCH_GRID index)."""
+    adam: tuple[float, float, int, float] | None = None
+    """A run whose ranks run CPU Adam on `omp_threads` threads: (parameters per rank, the rank's share
+    of the node rate, threads, the CPU Adam seconds inside predicted_s at the default thread rate).
+    CPU Adam is host time added to the step, so another thread rate changes the step by the difference."""
 
-    def error(self, step_s: float, hook_index: int, launch_index: int = 0) -> float:
+    def error(self, step_s: float, hook_index: int, launch_index: int = 0, thread_rate: float | None = None) -> float:
         """Throughput error (predicted tokens/s / measured - 1) with these terms."""
-        return self.measured_s / (self.predicted_s[hook_index, launch_index] + step_s) - 1
+        predicted = self.predicted_s[hook_index, launch_index] + step_s
+        if self.adam is not None and thread_rate:
+            part, shared, threads, at_default = self.adam
+            predicted += part / min(shared, threads * thread_rate) - at_default
+        return self.measured_s / predicted - 1
 
 
 def _setup(run: published.Run, overheads: OverheadSpec):
@@ -85,7 +99,22 @@ def timed(run: published.Run) -> Timed:
             predicted[i, j] = predict_step(spec, workload, zero, hardware).step_time_s
     workload = published.run_workload(run, run.precision)
     measured = workload.tokens_per_step / published.measured_tokens_per_s(run, spec)
-    return Timed(run, measured, predicted)
+    return Timed(run, measured, predicted, _adam(run))
+
+
+def _adam(run: published.Run) -> tuple[float, float, int, float] | None:
+    """Timed.adam for a run with optimizer offload on one-thread-per-rank ranks, else None."""
+    threads = run.omp_threads
+    offload = (run.zero.get("offload_optimizer") or {}).get("device", "none") not in ("none", None)
+    if threads is None or not offload:
+        return None
+    from zerotune.model.offload import node_cpu_adam, thread_cpu_adam
+    from zerotune.model.setup import prepare
+
+    spec, _, _, hardware = _setup(run, OverheadSpec())
+    part = prepare(spec).params / run.world
+    shared = node_cpu_adam(hardware)[0] / run.gpus_per_node
+    return part, shared, threads, part / min(shared, threads * thread_cpu_adam(hardware)[0])
 
 
 def timed_suite(runs: list[published.Run] | None = None) -> list[Timed]:
@@ -93,38 +122,54 @@ def timed_suite(runs: list[published.Run] | None = None) -> list[Timed]:
     return [timed(r) for r in runs if r.measured.has_throughput]
 
 
-def fit_global(rows: list[Timed]) -> tuple[float, float, float]:
-    """(per_step_s, per_module_hook_s, per_layer_launch_s) minimising the throughput MAPE of `rows`.
-    The hook cost is fitted only when `rows` hold a stage-3 run (else 0: nothing identifies it)."""
+def fit_global(rows: list[Timed]) -> tuple[float, float, float, float | None]:
+    """(per_step_s, per_module_hook_s, per_layer_launch_s, cpu_adam_thread_params_per_s) minimising the
+    throughput MAPE of `rows`. The hook cost is fitted only when `rows` hold a stage-3 run (else 0), the
+    thread rate only when they hold a one-thread-per-rank offload run (else None: nothing identifies it,
+    and the model's stated default applies). The thread rate moves only those runs, so it is chosen for
+    them at each grid point of the others."""
     has_stage3 = any(r.run.zero.get("stage", 0) == 3 for r in rows)
     hooks = range(len(HOOK_GRID)) if has_stage3 else (0,)
-    best = (float("inf"), 0.0, 0, 0)
+    threaded = [r for r in rows if r.adam is not None]
+    plain = [r for r in rows if r.adam is None]
+    best = (float("inf"), 0.0, 0, 0, None)
     for h in hooks:
         for j in range(len(LAUNCH_GRID)):
             for step in STEP_GRID:
-                mape = statistics.fmean(abs(r.error(step, h, j)) for r in rows)
+                total = sum(abs(r.error(step, h, j)) for r in plain)
+                rate = None
+                if threaded:
+                    part, rate = min(
+                        (sum(abs(r.error(step, h, j, t)) for r in threaded), t) for t in THREAD_GRID
+                    )
+                    total += part
+                mape = total / len(rows)
                 if mape < best[0]:
-                    best = (mape, step, h, j)
-    return best[1], HOOK_GRID[best[2]], LAUNCH_GRID[best[3]]
+                    best = (mape, step, h, j, rate)
+    return best[1], HOOK_GRID[best[2]], LAUNCH_GRID[best[3]], best[4]
 
 
-def prior_spec(step_s: float, hook_s: float, launch_s: float, source: str) -> OverheadSpec:
+def prior_spec(step_s: float, hook_s: float, launch_s: float, source: str, thread_rate: float | None = None) -> OverheadSpec:
     return OverheadSpec(
-        per_step_s=step_s, per_module_hook_s=hook_s, per_layer_launch_s=launch_s, origin="published", source=source
-    )
+        per_step_s=step_s, per_module_hook_s=hook_s, per_layer_launch_s=launch_s,
+        cpu_adam_thread_params_per_s=thread_rate, origin="published", source=source,
+    )  # fmt: skip
 
 
 def main() -> int:
     rows = timed_suite()
     sources = {r.run.source.url for r in rows}
-    step_s, hook_s, launch_s = fit_global(rows)
+    step_s, hook_s, launch_s, thread_rate = fit_global(rows)
     before = statistics.fmean(abs(r.error(0.0, 0)) for r in rows)
     h, j = HOOK_GRID.index(hook_s), LAUNCH_GRID.index(launch_s)
-    after = statistics.fmean(abs(r.error(step_s, h, j)) for r in rows)
+    after = statistics.fmean(abs(r.error(step_s, h, j, thread_rate)) for r in rows)
     print(f"global prior over {len(rows)} timed runs from {len(sources)} sources:")
     print(f"  per_step_s        {step_s:.3f}")
     print(f"  per_module_hook_s {hook_s:.2e}")
     print(f"  per_layer_launch_s {launch_s:.2e}")
+    threaded = sorted({r.run.source.url for r in rows if r.adam is not None})
+    rate = "none (no one-thread run)" if thread_rate is None else f"{thread_rate:.3g}"
+    print(f"  cpu_adam_thread_params_per_s {rate}   identified by {len(threaded)} source(s): {', '.join(threaded)}")
     print(f"  throughput MAPE   {100 * before:.1f}% without overheads -> {100 * after:.1f}% with the prior (in-sample)")
     print("leave-one-source-out judgement: scripts/evidence/loso.py")
     return 0

@@ -204,6 +204,11 @@ class Run(BaseModel):
     moe_impl: Literal["loop", "grouped"] | None = Field(
         None, description="MoE expert implementation: HF's per-expert loop or a grouped GEMM kernel"
     )
+    omp_threads: int | None = Field(
+        None,
+        description="OpenMP threads per rank the launcher leaves (OMP_NUM_THREADS): 1 where the source launches "
+        "several processes per node with torchrun / accelerate launch; null = the deepspeed launcher's default",
+    )
     zero_init: bool = Field(
         True,
         description="stage 3: the model is built under deepspeed.zero.Init (HF Trainer / accelerate); false "
@@ -326,6 +331,7 @@ def run_workload(run: Run, precision: str) -> Workload:
         activation_offloading=run.activation_offloading,
         moe_impl=run.moe_impl or "grouped",
         zero_init=run.zero_init,
+        omp_threads=run.omp_threads,
         gpus_per_node=run.gpus_per_node,
         nodes=run.nodes,
         **{k: v for k, v in run.kernels.items() if k in fields},

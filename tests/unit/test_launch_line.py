@@ -44,6 +44,7 @@ def test_the_issue_launch_line_reads_every_job_option():
         "attention": "flash",
         "seq_len": 8192,
         "hf": True,
+        "omp_threads": 1,
     }
     assert line.unknown == [] and line.ignored == []
 
@@ -52,10 +53,10 @@ def test_the_issue_launch_line_reads_every_job_option():
     ("head", "expected"),
     [
         ("deepspeed --num_gpus 4 --num_nodes 2 --master_port 29501", {"gpus": 4, "nodes": 2}),
-        ("torchrun --nproc_per_node=8 --nnodes 2 --rdzv_backend c10d", {"gpus": 8, "nodes": 2}),
-        ("python -m torch.distributed.run --nproc-per-node 2", {"gpus": 2}),
+        ("torchrun --nproc_per_node=8 --nnodes 2 --rdzv_backend c10d", {"gpus": 8, "nodes": 2, "omp_threads": 1}),
+        ("python -m torch.distributed.run --nproc-per-node 2", {"gpus": 2, "omp_threads": 1}),
         ("accelerate launch --num_processes 16 --num_machines 2 --mixed_precision bf16",
-         {"world_size": 16, "nodes": 2, "precision": "bf16"}),
+         {"world_size": 16, "nodes": 2, "precision": "bf16", "omp_threads": 1}),
     ],
 )  # fmt: skip
 def test_launchers_size_the_job(head, expected):
@@ -147,7 +148,7 @@ def test_every_modelling_command_takes_the_workload_options():
     runner = CliRunner()
     for command in ("memory", "predict", "recommend", "validate", "diagnose"):
         result = runner.invoke(app, [command, "--help"], terminal_width=200, env={"COLUMNS": "200"})
-        for flag in ("--attention", "--liger", "--cross-entropy", "--packing", "--activation-offloading", "--zero-init", "--moe-impl"):
+        for flag in ("--attention", "--liger", "--cross-entropy", "--packing", "--activation-offloading", "--zero-init", "--moe-impl", "--omp-threads"):
             assert flag in result.output, (command, flag)
 
 
@@ -165,3 +166,28 @@ def test_predict_reads_the_launch_line(tmp_path, monkeypatch):
     assert (w["seq_len"], w["micro_batch"], w["grad_accum"], w["attention"], w["cross_entropy"]) == (
         8192, 4, 8, "flash", "fused_linear",
     )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("head", "threads"),
+    [
+        ("deepspeed --num_gpus 8", None),  # each rank's OpenMP pool spans the node
+        ("deepspeed --num_gpus 8 --bind_cores_to_rank", None),  # cores / ranks: the node's share again
+        ("torchrun --nproc_per_node 1", None),  # torchrun sets OMP_NUM_THREADS=1 only for nproc_per_node > 1
+        ("torchrun --nproc_per_node 4", 1),
+        ("accelerate launch --num_processes 8", 1),  # --num_cpu_threads_per_process defaults to 1 on GPUs
+        ("accelerate launch --num_processes 8 --num_cpu_threads_per_process 12", 12),
+    ],
+)  # fmt: skip
+def test_the_launcher_sets_the_openmp_threads_per_rank(head, threads):
+    """torch/distributed/run.py exports OMP_NUM_THREADS=1 when nproc_per_node > 1; accelerate launch exports
+    --num_cpu_threads_per_process (default 1 on a GPU job); the deepspeed launcher leaves it unset unless it
+    binds cores (zerotune/model/offload.py cpu_adam_rate)."""
+    line = parse_launch([*head.split(), "train.py"])
+    assert line.inputs.get("omp_threads") == threads
+
+
+def test_omp_threads_reaches_the_workload():
+    job = resolve_job(JobInputs(model="llama3-8b", profile="dgx-h100", omp_threads=1))
+    assert job.workload.omp_threads == 1
+    assert resolve_job(JobInputs(model="llama3-8b", profile="dgx-h100")).workload.omp_threads is None

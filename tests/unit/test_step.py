@@ -316,6 +316,25 @@ def test_cpu_adam_rate_is_the_nodes_shared_by_its_ranks():
     assert sixteen.optimizer_s == pytest.approx(one.optimizer_s, rel=1e-6)
 
 
+def test_one_openmp_thread_per_rank_runs_cpu_adam_at_one_threads_rate():
+    """torchrun / accelerate launch leave OMP_NUM_THREADS=1 in every rank (Workload.omp_threads), so
+    DeepSpeedCPUAdam's OpenMP loop runs on one thread per rank instead of the rank's share of the node:
+    the rank's rate is the thread rate (overheads.cpu_adam_thread_params_per_s), capped by that share,
+    and the optimizer seconds grow with the partition, not with the node's cores."""
+    model = load_model("megatron-gpt2-1.5b")
+    dgx2 = load_profile("dgx2-v100")
+    dgx2 = dgx2.model_copy(update={"overheads": dgx2.overheads.model_copy(update={"cpu_adam_thread_params_per_s": 2e7})})
+    z = ZeroSettings(stage=2, offload_optimizer={"device": "cpu"})
+    shared = predict_step(model, wl(precision="fp16", gpus_per_node=8), z, dgx2)
+    one = predict_step(model, wl(precision="fp16", gpus_per_node=8, omp_threads=1), z, dgx2, detail=True)
+    assert shared.optimizer_s == pytest.approx(model.params / 1.6e9, rel=1e-6)  # an 8th of the node each
+    assert one.optimizer_s == pytest.approx(model.params / 8 / 2e7, rel=1e-6)
+    assert any("1 OpenMP thread(s) per rank" in n for n in one.notes)
+    # more threads than the rank's share of the node buys nothing: the node's cores are the cap
+    many = predict_step(model, wl(precision="fp16", gpus_per_node=8, omp_threads=1000), z, dgx2)
+    assert many.optimizer_s == pytest.approx(shared.optimizer_s, rel=1e-6)
+
+
 def test_a_fallback_cpu_adam_rate_says_how_far_off_it_may_be():
     """Where the profile measured no CPU Adam rate, the estimate names the fallback and the published
     range around it (zerotune/model/offload.py CPU_ADAM_PUBLISHED_RANGE); with a sourced rate it does not."""
@@ -466,8 +485,9 @@ def test_fitted_optimizer_rate_replaces_adam_and_null_terms_are_named(small, dgx
 
 
 def test_offload_gradients_cross_pcie_every_micro_step(small, dgx):
-    """Stage 2 + CPU optimizer: after the lone backward of GA 1 only the fp32-buffer copy (2 B/elem);
-    every further micro-step accumulates through the GPU (+4 B/elem: H2D and D2H of 16-bit)."""
+    """Stage 2 + CPU optimizer: after the lone backward of GA 1 only the fp32-buffer copy (4 B/elem:
+    0.19.8 converts the gradient to the master dtype on the GPU before copying it); every further
+    micro-step accumulates through the GPU (+4 B/elem: H2D and D2H of 16-bit)."""
     z = ZeroSettings(stage=2, offload_optimizer={"device": "cpu"})
     pcie = dgx.host.h2d_pinned_Bps or 25e9
     part = small.params / 8
@@ -478,6 +498,10 @@ def test_offload_gradients_cross_pcie_every_micro_step(small, dgx):
     # blocking (overlap_comm off): each micro-step's copies add to the step
     extra_per_micro = (ga4.step_time_s - ga1.step_time_s) - (none4.step_time_s - none1.step_time_s)
     assert extra_per_micro == pytest.approx(3 * part * 4 / pcie + part * 4 / pcie, rel=0.02)
+    # the boundary copy carries the master dtype: a 16-bit master halves it (stage_1_and_2.py
+    # async_inplace_copy_grad_to_fp32_buffer_from_gpu: src_tensor.to(master_weights_and_grads_dtype))
+    half = predict_step(small, wl(), ZeroSettings(stage=2, offload_optimizer={"device": "cpu"}, master_dtype="bf16"), dgx)
+    assert ga1.step_time_s - half.step_time_s == pytest.approx(part * 2 / pcie, rel=0.02)
 
 
 def test_sub_group_size_is_not_a_speed_knob_and_nvme_moves_32_bytes(small, dgx):

@@ -38,6 +38,7 @@ def command(
     activation_offloading: o.ActivationOffloading = None,
     zero_init: o.ZeroInit = None,
     moe_impl: o.MoeImpl = None,
+    omp_threads: o.OmpThreads = None,
     margin: o.Margin = SAFETY_MARGIN,
     json_out: o.JsonOut = False,
 ) -> None:
@@ -52,7 +53,7 @@ def command(
         world_size=world_size, gpu_memory=gpu_memory, seq_len=seq_len, micro_batch=micro_batch, grad_accum=grad_accum,
         precision=precision, optimizer=optimizer, checkpointing=checkpointing,
         checkpoint_in_cpu=checkpoint_in_cpu, margin=margin,
-        **o.workload_said(attention, liger, cross_entropy, swiglu, rmsnorm, rotary, packing, activation_offloading, zero_init, moe_impl),
+        **o.workload_said(attention, liger, cross_entropy, swiglu, rmsnorm, rotary, packing, activation_offloading, zero_init, moe_impl, omp_threads),
     )  # fmt: skip
     job = resolve_job(inputs)
     rows = compare_options(job.spec, job.workload, hardware=job.hardware, safety_margin=job.margin)

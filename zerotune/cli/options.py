@@ -81,6 +81,7 @@ ZeroInit = Annotated[
     bool | None, typer.Option("--zero-init/--no-zero-init", help=_help("zero_init"), show_default=False)
 ]
 MoeImpl = Annotated[str | None, typer.Option(help=_help("moe_impl"))]
+OmpThreads = Annotated[int | None, typer.Option(help=_help("omp_threads"), show_default=False)]
 Launch = Annotated[
     list[str] | None,
     typer.Argument(
@@ -101,6 +102,7 @@ WORKLOAD_OPTIONS = (
     "activation_offloading",
     "zero_init",
     "moe_impl",
+    "omp_threads",
 )
 """The JobInputs fields the workload options above set, in the order commands take them."""
 

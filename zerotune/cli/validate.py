@@ -75,6 +75,7 @@ def command(
     activation_offloading: o.ActivationOffloading = None,
     zero_init: o.ZeroInit = None,
     moe_impl: o.MoeImpl = None,
+    omp_threads: o.OmpThreads = None,
 ) -> None:
     from zerotune.lint import registry
     from zerotune.lint.context import LintOptions
@@ -91,7 +92,7 @@ def command(
             raise InputError(f"{flag} must be positive, got {value:g}")
     from zerotune.schema.job import JobInputs
 
-    said = o.workload_said(attention, liger, cross_entropy, swiglu, rmsnorm, rotary, packing, activation_offloading, zero_init, moe_impl)
+    said = o.workload_said(attention, liger, cross_entropy, swiglu, rmsnorm, rotary, packing, activation_offloading, zero_init, moe_impl, omp_threads)
     JobInputs(**said).check()  # type: ignore[arg-type]
     selected, ignored = _split(select), _split(ignore)
     bad = registry.unknown_selectors((selected or []) + (ignored or []))

@@ -6,8 +6,10 @@ partition, issued on the reduction stream after each bucket: concurrent with `ov
 compute stream otherwise):
 - stage 1/2 (`copy_grads_in_partition`): unless the step is one lone backward (GA 1),
   `async_accumulate_grad_in_cpu_via_gpu` copies the CPU accumulator to the GPU, adds, and copies it
-  back (2 x 16-bit); at the boundary the gradient is copied into the fp32 CPU buffer (16-bit over
-  PCIe: torch converts dtypes on the CPU side of a host<->device copy, aten Copy.cu);
+  back (2 x 16-bit); at the boundary the gradient is converted to the master dtype on the GPU and
+  copied into the fp32 CPU buffer (`async_inplace_copy_grad_to_fp32_buffer_from_gpu`: `src_tensor.to(
+  master_weights_and_grads_dtype)` before the copy; the compact fp32 partition buffer path converts with
+  `source.to(destination.dtype)` likewise): 4 B per element over PCIe, 2 B with a 16-bit master;
 - stage 3 (`partition_grads`): the partition lands in the CPU `grad_partitions_flat_buffer` and is
   brought back to the GPU to accumulate or to hand on (2 x grad-accum dtype every micro-step), and
   at the boundary converted on the GPU to the master dtype and copied to the optimizer's gradient (4 B
@@ -69,13 +71,18 @@ _AVX512 = ("xeon platinum", "xeon gold", "xeon silver", "xeon bronze", "xeon w-"
 (Zen 4/5). Other Xeons (E5/E7 v1-v4) and EPYC 7002/7003 (Zen 2/3) stop at AVX2."""
 
 
+def _simd(cpu_model: str | None) -> str:
+    """The widest SIMD DeepSpeedCPUAdam uses on this CPU (AVX2 where the model is unknown)."""
+    name = (cpu_model or "").lower()
+    return "avx512" if any(tag in name for tag in _AVX512) else "avx2"
+
+
 def host_cpu_adam(cpu_model: str | None, cores: int | None) -> tuple[float, str] | None:
     """CPU Adam params/s of a node from its CPUs (cores x the per-core anchor x SIMD width), or None
     when the profile does not name them."""
     if not cpu_model or not cores:
         return None
-    name = cpu_model.lower()
-    simd = "avx512" if any(tag in name for tag in _AVX512) else "avx2"
+    simd = _simd(cpu_model)
     rate = cores * CPU_ADAM_PER_CORE_AVX512 * SIMD_FACTOR[simd]
     return rate, (
         f"CPU Adam {rate:.2g} params/s per node derived from the host CPUs ({cpu_model}, {cores} cores, "
@@ -136,9 +143,42 @@ def param_source_Bps(s: StepSetup) -> float:
 
 def cpu_adam_rate(s: StepSetup) -> float:
     """CPU Adam params/s of one rank: the node's rate (`host.cpu_adam_params_per_s`, all its cores, or
-    the fallback) shared by the ranks on the node, which run their updates at the same time."""
+    the fallback) shared by the ranks on the node, which run their updates at the same time; where each
+    rank runs on `omp_threads` OpenMP threads (Workload.omp_threads), at most that many threads' rate.
+
+    Why the launcher matters: DeepSpeedCPUAdam's update is an OpenMP loop (csrc/includes/cpu_adam.h
+    Step_AVX, `#pragma omp parallel for`; built with -fopenmp, op_builder TorchCPUOpBuilder), so its
+    threads are OMP_NUM_THREADS. The deepspeed launcher sets it only with --bind_cores_to_rank (cores per
+    rank: launcher/launch.py), else each rank's pool spans the node (the shared node rate). torchrun
+    exports OMP_NUM_THREADS=1 when nproc_per_node > 1 and it is unset (torch/distributed/run.py), and
+    accelerate launch exports --num_cpu_threads_per_process, default OMP_NUM_THREADS or 1 on GPU jobs
+    (accelerate commands/launch.py `_validate_launch_command`, utils/launch.py; 1 since accelerate PR #753,
+    Oct 2022: before it, from PR #562, every process took all physical cores): each rank's CPU Adam, and
+    torch's CPU ops of the step, then run on one thread."""
     per_node = max(s.workload.gpus_per_node, 1)
-    return node_cpu_adam(s.hardware)[0] / per_node
+    shared = node_cpu_adam(s.hardware)[0] / per_node
+    threads = s.workload.omp_threads
+    if threads is None or not s.hardware.has_gpus:
+        return shared
+    return min(shared, threads * thread_cpu_adam(s.hardware)[0])
+
+
+def thread_cpu_adam(hardware: HardwareProfile) -> tuple[float, str]:
+    """CPU Adam params/s of ONE OpenMP thread, and where it comes from: the profile's or the global
+    prior's `overheads.cpu_adam_thread_params_per_s` (fitted on the published runs that ran one thread
+    per rank, scripts/evidence/fit_published.py), else one core's share of the per-core anchor at the
+    host's SIMD width, a lower bound: the anchor's cores shared the node's memory bandwidth, a lone
+    thread does not."""
+    fitted = hardware.overheads.cpu_adam_thread_params_per_s
+    if fitted:
+        return fitted, "fitted"
+    host = hardware.host
+    model = host.cpu_model
+    if not model and hardware.gpu is not None:
+        ref = reference_host(hardware.gpu.name)
+        model = ref[0] if ref else None
+    simd = _simd(model)
+    return CPU_ADAM_PER_CORE_AVX512 * SIMD_FACTOR[simd], f"one core's share of the per-core anchor ({simd.upper()})"
 
 
 def node_cpu_adam(hardware: HardwareProfile) -> tuple[float, str]:
@@ -163,7 +203,7 @@ def gradient_bytes_per_element(s: StepSetup, boundary: bool) -> int:
     if s.stage == 3:
         return 2 * s.accum_bytes + (DTYPE_BYTES[s.zero.master_dtype] if boundary else 0)
     accumulate = not boundary or s.workload.grad_accum > 1
-    return (2 * s.elem_bytes if accumulate else 0) + (s.elem_bytes if boundary else 0)
+    return (2 * s.elem_bytes if accumulate else 0) + (DTYPE_BYTES[s.zero.master_dtype] if boundary else 0)
 
 
 def gradient_copy_s(s: StepSetup, numel: int, boundary: bool) -> float:

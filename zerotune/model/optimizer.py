@@ -20,6 +20,7 @@ from zerotune.model.offload import (
     cpu_adam_rate,
     node_cpu_adam,
     optimizer_transfer_s,
+    thread_cpu_adam,
 )
 from zerotune.model.setup import StepSetup
 from zerotune.model.states import config_state_bytes
@@ -59,6 +60,14 @@ def optimizer_step(s: StepSetup, tl: Timeline) -> tuple[float, float]:
         rate, origin = node_cpu_adam(hw)
         if origin not in ("profile", "fallback"):
             s.notes.append(origin)
+        threads = s.workload.omp_threads
+        if threads is not None and hw.has_gpus and cpu_adam_rate(s) < rate / max(s.workload.gpus_per_node, 1):
+            per_thread, why = thread_cpu_adam(hw)
+            s.notes.append(
+                f"CPU Adam on {threads} OpenMP thread(s) per rank (OMP_NUM_THREADS={threads}: torchrun / "
+                f"accelerate launch leave it at 1): {threads * per_thread:.3g} params/s per rank ({why}), "
+                "not the rank's share of every core"
+            )
         if origin == "fallback":
             low, high = CPU_ADAM_PUBLISHED_RANGE
             s.notes.append(

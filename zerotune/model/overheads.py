@@ -107,13 +107,14 @@ def layer_seconds(device_s: float, host_s: float, serial: bool) -> float:
     return device_s + host_s if serial else max(device_s, host_s)
 
 
-PRIOR_TERMS = ("per_step_s", "per_module_hook_s", "per_layer_launch_s")
+PRIOR_TERMS = ("per_step_s", "per_module_hook_s", "per_layer_launch_s", "cpu_adam_thread_params_per_s")
 """The terms the global prior states (the ones the published suite identifies: whole-step timings)."""
 
 GLOBAL_PRIOR = OverheadSpec(
     per_step_s=0.28,
     per_module_hook_s=2.0e-4,
     per_layer_launch_s=1.6e-3,
+    cpu_adam_thread_params_per_s=2.0e8,
     origin="published",
     source="global prior fitted across all 39 published sources (137 timed runs; "
     "scripts/evidence/fit_published.py), judged leave-one-source-out (scripts/evidence/loso.py)",
@@ -126,7 +127,10 @@ scripts/evidence/loso.py (each source predicted from the prior fitted without it
 What the fit absorbs (issue 18): `per_layer_launch_s` sat at the top of LAUNCH_GRID (1.6 ms) while HF's
 per-expert MoE loop was costed as one dense block's launches; with its kernels counted (`launch_weight`)
 a grid allowed up to 3.2 ms still fits 1.6 ms in sample (an interior optimum), and finer grids only make
-leave-one-source-out worse (27.8-28.5% against 27.6%), so the grid stays. `per_module_hook_s` took
+leave-one-source-out worse (27.8-28.5% against 27.6%), so the grid stays. `cpu_adam_thread_params_per_s`
+(2e8) is identified by one source only, DeepCompile's Llama-3-70B offload runs (accelerate launch: one
+OpenMP thread per rank); a leave-one-source-out fold without it falls back to the per-core share
+(zerotune/model/offload.py thread_cpu_adam). `per_module_hook_s` took
 8e-4 while the HF MoE expert loop's host syncs were not modelled (the Mixtral rows' missing seconds
 went into the stage-3 hook); with them modelled (step.py synced_blocks) it is 2e-4."""
 

@@ -210,6 +210,12 @@ class OverheadSpec(_Strict):
         description="DeepSpeed's whole optimizer step on the device that runs it (grad norm, clip, Adam, "
         "partition copies, unflatten), in parameters of the local partition per second",
     )
+    cpu_adam_thread_params_per_s: float | None = Field(
+        None,
+        description="DeepSpeedCPUAdam parameters per second on ONE OpenMP thread (a rank run with "
+        "OMP_NUM_THREADS=1, as torchrun and accelerate launch leave it): the host's optimizer step then "
+        "runs at this rate per rank instead of its share of every core",
+    )
     step_scale: float | None = Field(
         None,
         description="measured step time over the model's on this machine, from the user's own run(s) "

@@ -110,6 +110,11 @@ class JobInputs:
         None,
         "MoE experts: grouped (one grouped GEMM) or loop (HF transformers' per-expert loop; default grouped).",
     )
+    omp_threads: int | None = _said(
+        None,
+        "OpenMP threads per rank (OMP_NUM_THREADS) for an offloaded optimizer's CPU Adam (default: the "
+        "deepspeed launcher's, every rank sharing the node's cores; torchrun and accelerate launch leave 1).",
+    )
     hf: bool = _said(False, 'The config goes through HF Trainer: fill "auto" values as HF does.')
     margin: float | None = _said(
         None,
@@ -128,6 +133,7 @@ class JobInputs:
             "seq_len",
             "micro_batch",
             "grad_accum",
+            "omp_threads",
         ):
             value = getattr(self, name)
             if value is not None and value < 1:
@@ -156,7 +162,7 @@ class JobInputs:
         out: dict[str, object] = {}
         if self.liger is not None:
             out |= LIGER_KERNELS if self.liger else {k: ("fp32" if k == "cross_entropy" else "plain") for k in LIGER_KERNELS}
-        for name in ("attention", *LIGER_KERNELS, "packing", "activation_offloading", "zero_init", "moe_impl"):
+        for name in ("attention", *LIGER_KERNELS, "packing", "activation_offloading", "zero_init", "moe_impl", "omp_threads"):
             value = getattr(self, name)
             if value is not None:
                 out[name] = value

@@ -16,7 +16,8 @@ for booleans, "true"/"false"/"1"/"0" as values):
   block_size;
 - launchers: deepspeed (`--num_gpus`, `--num_nodes`), torchrun / `python -m torch.distributed.run`
   (`--nproc_per_node`, `--nnodes`), accelerate launch (`--num_processes`: processes over all machines,
-  `--num_machines`, `--mixed_precision`, `--deepspeed_config_file`).
+  `--num_machines`, `--mixed_precision`, `--deepspeed_config_file`, `--num_cpu_threads_per_process`); the
+  OpenMP threads each rank gets follow the launcher (`_launcher_threads`).
 """
 
 from __future__ import annotations
@@ -96,7 +97,8 @@ LAUNCHER_VALUE_ARGS = frozenset(
     main_process_ip main_process_port machine_rank config_file dynamo_backend gpu_ids
     deepspeed_hostfile deepspeed_multinode_launcher zero_stage offload_optimizer_device
     offload_param_device gradient_accumulation_steps mixed_precision deepspeed_config_file
-    zero3_init_flag zero3_save_16bit_model launcher ssh_port max_restarts monitor_interval""".split()
+    zero3_init_flag zero3_save_16bit_model launcher ssh_port max_restarts monitor_interval
+    num_cpu_threads_per_process""".split()
 )
 """Launcher options that take a value (so the value is not mistaken for the script)."""
 
@@ -179,7 +181,10 @@ def parse_launch(argv: list[str], read: Callable[[str], dict[str, Any]] | None =
             out.config = value
         elif name == "mixed_precision" and value in ("bf16", "fp16"):
             out.inputs["precision"] = value
+        elif name == "num_cpu_threads_per_process":
+            out.inputs["omp_threads"] = _int(name, value)
         i += 1
+    _launcher_threads(launcher, out)
     if launcher is not None and i < len(argv) and argv[i] in ("-m",):
         i += 1
     if i < len(argv):
@@ -194,6 +199,23 @@ def parse_launch(argv: list[str], read: Callable[[str], dict[str, Any]] | None =
         values = _read(str(values.pop("config")), read, out) | values
     apply_training_args(values, out)
     return out
+
+
+def _launcher_threads(launcher: str | None, out: LaunchLine) -> None:
+    """The OpenMP threads per rank the launcher leaves (JobInputs.omp_threads). accelerate launch exports
+    OMP_NUM_THREADS = --num_cpu_threads_per_process, by default the caller's OMP_NUM_THREADS or 1 on a GPU
+    job (accelerate commands/launch.py `_validate_launch_command`); torchrun sets 1 when nproc_per_node > 1
+    and it is unset (torch/distributed/run.py); deepspeed sets it only with --bind_cores_to_rank (cores per
+    rank: the node's cores shared, as when unset). A caller's own OMP_NUM_THREADS is not on the line:
+    --omp-threads says it."""
+    if "omp_threads" in out.inputs:
+        return
+    if launcher == "accelerate" or (launcher == "torchrun" and out.inputs.get("gpus", 1) > 1):
+        out.inputs["omp_threads"] = 1
+        out.notes.append(
+            f"{launcher} leaves OMP_NUM_THREADS=1 in each rank (unless your environment sets it: say --omp-threads): "
+            "an offloaded optimizer's CPU Adam runs on one thread per rank"
+        )
 
 
 def _read(path: str, read: Callable[[str], dict[str, Any]] | None, out: LaunchLine) -> dict[str, Any]:

@@ -71,6 +71,14 @@ class Workload(BaseModel):
         "with a ZeRO-3 config; a model built before deepspeed.initialize is moved to the GPU whole and "
         "partitioned there (its 16-bit weights must fit one GPU at init)",
     )
+    omp_threads: int | None = Field(
+        None,
+        gt=0,
+        description="OpenMP threads of each rank's host-side optimizer step (OMP_NUM_THREADS): null = the "
+        "deepspeed launcher's default, each rank's pool spans the node and its ranks share the node's cores; "
+        "torchrun and accelerate launch export OMP_NUM_THREADS=1 when a node runs several processes, so "
+        "DeepSpeedCPUAdam runs on one thread per rank",
+    )
     moe_impl: MoeImpl = Field(
         "grouped",
         description="MoE experts: grouped (one grouped GEMM over every expert, MegaBlocks / ScatterMoE / "
