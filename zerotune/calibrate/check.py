@@ -38,8 +38,9 @@ LAUNCH_SPREAD_PCT = 3.1
 """How much one launch of a job runs slower or faster than another launch of the same job on a quiet
 machine: the median, over the 6 held-out configs, of the coefficient of variation of their step time
 across the 10 fresh launches of the 2026-11-25 stability series (1.5-4.6% per config;
-data/evidence/calibration_runs/, scripts/evidence/calibration_stability.py). A calibration fitted on
-one launch cannot predict another more closely than launches agree, so the stated error includes it."""
+data/evidence/calibration_runs/, scripts/evidence/calibration_stability.py); the fresh series of 2026-11-27
+measured 3.0% (1.6-6.1% per config). A calibration fitted on one launch cannot predict another more
+closely than launches agree, so the stated error includes it."""
 
 
 def slowdown(load: dict[str, Any] | None, cores: int) -> float | None:
