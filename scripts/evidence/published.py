@@ -22,7 +22,7 @@ time, or TFLOPS per GPU divided by the FLOPs per token of the formula the source
 eq. 3: 72 or 96 x l h^2 (1 + s/6h + V/16lh) per token, `stated` = the run's `flops_per_token`, worked
 out in runs.yaml from the source's own formula and dimensions). Each run says which counter the source read
 (max_allocated, max_reserved, nvidia-smi) and its peak memory is compared with the estimate as that counter
-reads it (zerotune.model.memory.counter_bytes: live bytes; with the caching allocator's cached blocks; with
+reads it (zerotune.model.counters.counter_bytes: live bytes; with the caching allocator's cached blocks; with
 the CUDA context and NCCL buffers too). The fit verdict judges the per-GPU total, as the commands do.
 
 Metrics: MAPE and median signed error of throughput, Spearman rank correlation of tokens/s per GPU,
@@ -54,8 +54,9 @@ from zerotune.catalog.models import load_model  # noqa: E402
 from zerotune.dsconfig.settings import resolve  # noqa: E402
 from zerotune.files import write_atomic  # noqa: E402
 from zerotune.model.compute import training_flops_per_token  # noqa: E402
+from zerotune.model.counters import counter_bytes  # noqa: E402
 from zerotune.model.fit import fits  # noqa: E402
-from zerotune.model.memory import counter_bytes, estimate_memory  # noqa: E402
+from zerotune.model.memory import estimate_memory  # noqa: E402
 from zerotune.model.step import predict_step  # noqa: E402
 from zerotune.schema.workload import Workload  # noqa: E402
 

@@ -8,14 +8,13 @@ import pytest
 
 from zerotune.dsconfig.settings import OffloadOptimizer, OffloadParam, ZeroSettings
 from zerotune.model.activations import LOGIT_BYTES, activation_bytes, layer_activation_bytes
+from zerotune.model.counters import RESERVED_FRAGMENTATION, counter_bytes
 from zerotune.model.memory import (
     CUDA_CONTEXT_BYTES,
     FRAGMENTATION,
     OFFLOAD_OPTIONS,
-    RESERVED_FRAGMENTATION,
     MemoryBreakdown,
     compare_options,
-    counter_bytes,
     estimate_memory,
 )
 from zerotune.model.memory_facts import persistent_elements

@@ -25,7 +25,7 @@ zerotune.model.memory.estimate_memory), so the fit uses exactly what the model m
    sources, putting it all on FLOP/s predicted a source's other runs worse than the profile did), and
    the **per-step overhead** where leave-one-out over 3+ runs of different tokens per step shows it.
 6. **Memory slack** (`gpu.memory_slack_bytes`): the median gap between the runs' peak counters and
-   the estimate's value of that counter (zerotune.model.memory.counter_bytes), where leave-one-out
+   the estimate's value of that counter (zerotune.model.counters.counter_bytes), where leave-one-out
    over 2+ runs shows it is the machine's and not one job's.
 
 Before fitting, every run is compared with the profile: a step time outside the profile's stated

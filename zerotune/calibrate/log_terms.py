@@ -11,7 +11,8 @@ from zerotune.calibrate.bounds import busbw_ceiling, flops_ceiling, optimizer_fl
 from zerotune.calibrate.lsq import bounded_lsq
 from zerotune.calibrate.observation import Observation, from_run, predict, sized
 from zerotune.model.compute import achieved_flops
-from zerotune.model.memory import counter_bytes, estimate_memory
+from zerotune.model.counters import counter_bytes
+from zerotune.model.memory import estimate_memory
 from zerotune.model.offload import node_cpu_adam
 from zerotune.schema.hardware import CalibratedValue, HardwareProfile
 from zerotune.units import GiB

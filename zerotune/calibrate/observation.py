@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from zerotune.catalog.hardware import with_counts
 from zerotune.diagnose.measure import Figure, Measured
 from zerotune.dsconfig.settings import ZeroSettings
-from zerotune.model.memory import counter_bytes, estimate_memory
+from zerotune.model.counters import counter_bytes
+from zerotune.model.memory import estimate_memory
 from zerotune.model.step import StepEstimate, predict_step
 from zerotune.schema.hardware import HardwareProfile
 from zerotune.schema.model import ModelSpec

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 
 from zerotune.diagnose.records import LogLine, Scan
 from zerotune.errors import InputError
-from zerotune.model.memory import COUNTER_KINDS
+from zerotune.model.counters import COUNTER_KINDS
 from zerotune.units import GiB
 
 WARMUP_STEPS = 1

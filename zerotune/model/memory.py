@@ -63,21 +63,9 @@ Rounded to 1 GiB."""
 FRAGMENTATION = 0.10
 """Caching-allocator slack booked in the fit, as a fraction of the short-lived allocations
 (activations, gathered parameters, buckets): their varying sizes leave reserved-but-unallocated
-blocks. What a fit needs is less than what `max_memory_reserved` shows (RESERVED_FRAGMENTATION):
+blocks. What a fit needs is less than what `max_memory_reserved` shows (zerotune/model/counters.py):
 under pressure the allocator frees its cached blocks and retries before it reports out of memory,
 so a job whose live bytes fit runs, slower (DeepSpeed warns of "pytorch allocator cache flushes")."""
-
-RESERVED_FRAGMENTATION = 0.15
-"""Share of the peak reserved memory (torch.cuda.max_memory_reserved) that holds no live tensor:
-the PyTorch caching allocator caches freed blocks by size and cannot merge blocks of different
-segments, so tensors of changing sizes (recomputation, ZeRO's gathers and buckets, offload) leave
-cached blocks too small for the next request. GMLake (Guo et al., ASPLOS 2024, arXiv 2401.08156),
-on eight LLMs fine-tuned with DeepSpeed ZeRO, recomputation, offload and LoRA on A100-80GB, stitches
-those blocks together and so lowers this share by 15 points on average (up to 33; 9.2 GB of memory on
-average, up to 25 GB) against the caching allocator: that much of the caching allocator's reserved
-memory held no tensor. So reserved ≈ allocated / (1 − 0.15), never above what the GPU has beyond the context: when
-cudaMalloc fails the allocator frees its cached blocks and retries (PyTorch "CUDA semantics",
-memory management; c10/cuda/CUDACachingAllocator.cpp `release_cached_blocks`)."""
 
 
 _host_total = attrgetter("host_total")
@@ -406,29 +394,3 @@ def compare_options(
         estimate = estimate_memory(model, workload, zero, hardware=hardware, safety_margin=safety_margin)
         rows.append(OffloadRow(stage, opt, par, estimate))
     return rows
-
-
-COUNTER_KINDS = ("max_allocated", "max_reserved", "nvidia-smi")
-"""The peak-memory counters a run reads, each with its own figure (counter_bytes)."""
-
-
-def counter_bytes(estimate: MemoryEstimate, kind: str) -> int:
-    """The estimate as the counter a run reads.
-
-    `max_allocated` (torch.cuda.max_memory_allocated): the live bytes at the peak phase, neither the
-    context nor cached free blocks. `max_reserved` (torch.cuda.max_memory_reserved): those bytes with
-    the allocator's cached blocks (RESERVED_FRAGMENTATION), at most the GPU's memory beyond the
-    context. `nvidia-smi` (the process's used memory; DeepSpeed's see_memory_usage prints the two
-    torch counters, not this): reserved plus the context and NCCL buffers (CUDA_CONTEXT_BYTES).
-    A calibrated slack (`gpu.memory_slack_bytes`) is added to every counter, as it was measured."""
-    b = estimate.per_gpu
-    live = b.model_states + b.comm_buffers + b.activations
-    slack = b.total - live - CUDA_CONTEXT_BYTES - int(FRAGMENTATION * (b.activations + b.comm_buffers))
-    if kind == "max_allocated":
-        return live + slack
-    reserved = int(live / (1 - RESERVED_FRAGMENTATION))
-    if estimate.gpu_capacity_bytes:
-        reserved = max(live, min(reserved, estimate.gpu_capacity_bytes - CUDA_CONTEXT_BYTES))
-    if kind == "max_reserved":
-        return reserved + slack
-    return reserved + slack + CUDA_CONTEXT_BYTES

@@ -248,9 +248,9 @@ def payload(job: Job, memory: MemoryEstimate, estimate: StepEstimate, verdict: V
 
 
 def counters(memory: MemoryEstimate) -> dict[str, int]:
-    """The per-GPU peak as each counter reads it (zerotune.model.memory.counter_bytes): what to hold a
+    """The per-GPU peak as each counter reads it (zerotune.model.counters.counter_bytes): what to hold a
     measured torch.cuda.max_memory_allocated, max_memory_reserved or nvidia-smi figure against."""
-    from zerotune.model.memory import COUNTER_KINDS, counter_bytes
+    from zerotune.model.counters import COUNTER_KINDS, counter_bytes
 
     return {kind: counter_bytes(memory, kind) for kind in COUNTER_KINDS}
 
