@@ -155,27 +155,14 @@ def to_hf_config(arch: Architecture) -> dict[str, Any]:
             "max_position_embeddings": arch.max_positions or 4096,
         }
     if arch.family == "gpt_oss":
-        return common | {
-            "hidden_size": arch.hidden,
-            "num_hidden_layers": arch.layers,
-            "num_attention_heads": arch.heads,
-            "num_key_value_heads": arch.n_kv_heads,
-            "head_dim": arch.d_head,
-            "intermediate_size": arch.ffn,
+        return common | _decoder_dims(arch) | {
             "num_local_experts": arch.experts,
             "num_experts_per_tok": arch.experts_per_token,
             "attention_bias": arch.qkv_bias,
             "max_position_embeddings": arch.max_positions or 131072,
         }
     if arch.family in LLAMA_LIKE:
-        cfg = common | {
-            "hidden_size": arch.hidden,
-            "num_hidden_layers": arch.layers,
-            "num_attention_heads": arch.heads,
-            "num_key_value_heads": arch.n_kv_heads,
-            "head_dim": arch.d_head,
-            "intermediate_size": arch.ffn,
-        }
+        cfg = common | _decoder_dims(arch)
         if arch.max_positions:
             cfg["max_position_embeddings"] = arch.max_positions
         if arch.family == "llama":
@@ -244,4 +231,16 @@ def to_hf_config(arch: Architecture) -> dict[str, Any]:
         "feed_forward_proj": "gated-gelu" if arch.gated_mlp else "relu",
         "relative_attention_num_buckets": arch.relative_attention_buckets,
         "n_positions": arch.max_positions,
+    }
+
+
+def _decoder_dims(arch: Architecture) -> dict[str, int | None]:
+    """The dimension fields Llama-style configs (and gpt-oss's) share under the same names."""
+    return {
+        "hidden_size": arch.hidden,
+        "num_hidden_layers": arch.layers,
+        "num_attention_heads": arch.heads,
+        "num_key_value_heads": arch.n_kv_heads,
+        "head_dim": arch.d_head,
+        "intermediate_size": arch.ffn,
     }
