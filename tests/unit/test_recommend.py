@@ -297,3 +297,15 @@ def test_an_offload_pick_on_a_fallback_cpu_adam_rate_is_flagged() -> None:
     sourced = recommend(load_model("llama-13b"), measured)
     assert sourced.best.candidate.offload_optimizer != "none"
     assert not any("CPU Adam rate" in line for line in sourced.explanation.summary)
+
+
+def test_nothing_fits_names_host_ram_when_the_gpus_would_fit(cli) -> None:
+    """DeepSeek-V3 (671B) on two 8xH100 nodes with 2 TiB of RAM each: fully offloaded, each GPU needs
+    ~14 GiB, but each node's RAM must hold its half of the offloaded states (at least the 12 B/param of
+    fp32 master weights and Adam moments: ~4 TB a node, ZeRO-Offload's accounting); the error names that
+    check, not the GPU's memory, which would fit."""
+    done = cli("recommend", "--model", "deepseek-v3", "--profile", "h100-2node-ib")
+    assert done.code == 1
+    line = " ".join(done.stderr.split())
+    assert "of host RAM per node" in line and "per GPU fits" in line
+    assert "use more nodes" in line

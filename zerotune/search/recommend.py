@@ -167,14 +167,23 @@ def nothing_fits(result: SearchResult) -> NothingFits:
     if not result.hardware.has_gpus:
         host, why = host_rank_capacity(result.hardware, result.workload.gpus_per_node)
         where = f" vs {fmt_gib(host)} ({why})" if host else ""
+    needs = f"{fmt_gib(need)} per {'GPU' if result.hardware.has_gpus else 'rank'}"
+    hint = (
+        "use more GPUs (--gpus/--nodes or a bigger profile), a shorter --seq-len, or a smaller model"
+        if result.hardware.has_gpus
+        else "this host's RAM holds every rank: use a smaller model or a shorter --seq-len, or a GPU profile"
+    )
+    if smallest.reject == "host":  # the rank fits; what the offload keeps in each node's RAM does not
+        ram = result.hardware.host.ram_bytes or 0
+        host_need = smallest.memory.cpu_bytes_per_node * (1 + result.request.safety_margin)
+        needs = f"{fmt_gib(host_need)} of host RAM per node ({fmt_gib(need)} per GPU fits)"
+        where = f" vs {fmt_gib(ram)}"
+        hint = "use more nodes (each holds its share of the offloaded states), offload less, or a smaller model"
     return NothingFits(
         f"no configuration of {result.model.name} fits {result.hardware.name}: the smallest "
-        f"({group_label((c.stage, *c.offload))}, micro-batch {c.micro_batch}) needs {fmt_gib(need)} per "
-        f"{'GPU' if result.hardware.has_gpus else 'rank'} "
+        f"({group_label((c.stage, *c.offload))}, micro-batch {c.micro_batch}) needs {needs} "
         f"with the {result.request.safety_margin:.0%} margin{where}",
-        hint="use more GPUs (--gpus/--nodes or a bigger profile), a shorter --seq-len, or a smaller model"
-        if result.hardware.has_gpus
-        else "this host's RAM holds every rank: use a smaller model or a shorter --seq-len, or a GPU profile",
+        hint=hint,
     )
 
 
