@@ -45,9 +45,11 @@ def _batch_keys(micro: int, accum: int, world: int, style: int) -> dict:
     style=st.integers(0, 2),
     checkpointing=st.booleans(),
     gpu_memory=st.sampled_from((24.0, 40.0, 80.0)),
+    margin=st.sampled_from((None, 0.0, 0.25)),
+    in_cpu=st.booleans(),
 )
 def test_memory_predict_validate_agree(
-    cli, tmp_path, model, gpus, stage, offload, micro, accum, style, checkpointing, gpu_memory
+    cli, tmp_path, model, gpus, stage, offload, micro, accum, style, checkpointing, gpu_memory, margin, in_cpu
 ):
     zero = {"stage": stage}
     if offload == "cpu":
@@ -58,6 +60,8 @@ def test_memory_predict_validate_agree(
     path.write_text(json.dumps(config))
     job = ["--model", model, "--profile", "dgx-h100", "--gpus", str(gpus), "--gpu-memory", str(gpu_memory),
            "--checkpointing" if checkpointing else "--no-checkpointing"]  # fmt: skip
+    said = ([] if margin is None else ["--margin", str(margin)]) + (["--checkpoint-in-cpu"] if in_cpu else [])
+    job += said
 
     p = cli("predict", "--config", path, "--json", *job)
     assert p.code in (0, 1), p.stderr
@@ -71,7 +75,7 @@ def test_memory_predict_validate_agree(
 
     v = cli("validate", path, "--json", "--model", model, "--gpus", str(gpus), "--world-size", str(gpus),
             "--gpu-memory", str(gpu_memory), "--profile", "dgx-h100",
-            "--checkpointing" if checkpointing else "--no-checkpointing")  # fmt: skip
+            "--checkpointing" if checkpointing else "--no-checkpointing", *said)  # fmt: skip
     codes = {d["code"] for f in json.loads(v.stdout)["files"] for d in f["diagnostics"]}
     assert ("ZT901" in codes) == (pred["memory"]["fit"]["reason"] == "gpu"), (codes, pred["memory"])
 

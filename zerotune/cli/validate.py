@@ -65,6 +65,8 @@ def command(
     gpu_memory: o.GpuMemory = None,
     seq_len: o.SeqLen = None,
     checkpointing: o.Checkpointing = None,
+    checkpoint_in_cpu: o.CheckpointInCpu = False,
+    margin: o.Margin = None,
     attention: o.Attention = None,
     liger: o.Liger = None,
     cross_entropy: o.CrossEntropy = None,
@@ -113,6 +115,8 @@ def command(
         gpu_memory_gib=gpu_memory,
         seq_len=seq_len,
         checkpointing=checkpointing,
+        checkpoint_in_cpu=checkpoint_in_cpu,
+        margin=margin,
         workload=tuple(said.items()),
         verbose=bool(ctx.find_root().params.get("verbose")),
     )

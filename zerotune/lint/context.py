@@ -30,6 +30,10 @@ class LintOptions:
     zerotune.job's default)."""
     checkpointing: bool | None = None
     """Activation checkpointing in the training script, for the memory rules (None: zerotune.job's default)."""
+    checkpoint_in_cpu: bool = False
+    """Checkpointed activations kept in host memory (DeepSpeed's checkpoint_in_cpu), for the memory rules."""
+    margin: float | None = None
+    """The safety margin the memory rules judge with (None: the one every command defaults to)."""
     workload: tuple[tuple[str, object], ...] = ()
     """The workload options said (JobInputs fields: attention, liger, packing, ...), for the memory rules."""
     verbose: bool = False

@@ -92,8 +92,8 @@ def _judge(ctx: Context) -> tuple[Any, Any, Any]:
 
     inputs = JobInputs(
         model=o.model, profile=o.profile or DEFAULT_PROFILE, gpus=o.gpus, world_size=o.world_size,
-        gpu_memory=o.gpu_memory_gib, seq_len=o.seq_len, checkpointing=o.checkpointing, hf=o.hf,
-        **dict(o.workload),
+        gpu_memory=o.gpu_memory_gib, seq_len=o.seq_len, checkpointing=o.checkpointing,
+        checkpoint_in_cpu=o.checkpoint_in_cpu, margin=o.margin, hf=o.hf, **dict(o.workload),
     )  # fmt: skip
     job = resolve_job(inputs, ctx.config, read_record(ctx.loaded.path))  # the job recommend wrote it for
     memory = job.memory()
