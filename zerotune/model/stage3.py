@@ -9,6 +9,9 @@ even on CPU; on GPUs without `overlap_comm` they share the default stream and bl
 
 from __future__ import annotations
 
+from bisect import bisect_left
+from itertools import accumulate
+
 from zerotune.model.buckets import buckets_by_layer, reduce
 from zerotune.model.comm import persistent_flags
 from zerotune.model.memory_facts import reuse_distances
@@ -21,9 +24,13 @@ QWZ_BYTES_RATIO = 0.5
 """qwZ: int8 weights instead of 16-bit in the forward all-gather (Wang et al. 2023, ZeRO++ §3.1)."""
 
 
-def stage3_layout(s: StepSetup) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...], tuple[int, ...]]:
-    """Per layer: non-persistent tensor numels, their sum, and the trace distance from its forward to
-    its next use (zerotune/model/memory.py `reuse_distances`, shared with the memory model)."""
+def stage3_layout(
+    s: StepSetup,
+) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...], tuple[int, ...], tuple[tuple[int, ...], ...]]:
+    """Per layer: non-persistent tensor numels, their sum, the trace distance from its forward to its
+    next use (zerotune/model/memory.py `reuse_distances`, shared with the memory model), and the prefix
+    sums of its numels (the prefetch walk finds where a call's budget ends by bisection: a MoE layer
+    lists thousands of expert tensors)."""
     z = s.zero
     ckpt = s.workload.activation_checkpointing
     key = ("s3", z.param_persistence_threshold, z.model_persistence_threshold, ckpt)
@@ -42,7 +49,7 @@ def stage3_layout(s: StepSetup) -> tuple[tuple[tuple[int, ...], ...], tuple[int,
         distance = reuse_distances(
             tuple(layer.tensors for layer in s.layers), tuple(layer.is_block for layer in s.layers), ckpt
         )
-        cached = (tuple(parts), tuple(sum(p) for p in parts), distance)
+        cached = (tuple(parts), tuple(sum(p) for p in parts), distance, tuple(tuple(accumulate(p, initial=0)) for p in parts))
         s.prep.buckets[key] = cached
     return cached
 
@@ -60,7 +67,7 @@ def micro_step(s: StepSetup, tl: Timeline, boundary: bool, tag: str) -> None:
     "fetched for" that later use (`__params_to_release`).
     """
     z, layers, detail = s.zero, s.layers, tl.detail
-    parts, part_sum, distance = stage3_layout(s)
+    parts, part_sum, distance, prefix = stage3_layout(s)
     nl = len(layers)
     last_pos = 2 * nl - 1
     modules = [max(len(layer.tensors), 1) for layer in layers]
@@ -127,7 +134,7 @@ def micro_step(s: StepSetup, tl: Timeline, boundary: bool, tag: str) -> None:
     def fetch(i: int, pos: int, forward: bool) -> None:
         nonlocal q
         if next_t[i] < len(parts[i]):
-            rest = sum(parts[i][next_t[i] :])
+            rest = prefix[i][-1] - prefix[i][next_t[i]]
             next_t[i] = len(parts[i])
             gather([(i, rest)], forward)
         if q <= pos:
@@ -141,23 +148,31 @@ def micro_step(s: StepSetup, tl: Timeline, boundary: bool, tag: str) -> None:
         budget = min(prefetch, max_live - available)
         while q <= last_pos and budget > 0 and calls_made < modules[i]:
             j = q if q < nl else last_pos - q
-            pj, tj = parts[j], next_t[j]
+            cj, tj = prefix[j], next_t[j]
+            end = len(cj) - 1
             got = 0
-            while tj < len(pj):
-                got += pj[tj]
-                in_call += pj[tj]
-                tj += 1
-                if in_call >= budget:
-                    calls_made += 1
-                    taken += in_call
-                    in_call = 0
-                    budget = min(prefetch, max_live - available - taken)
-                    if calls_made >= modules[i] or budget <= 0:
-                        break
+            while tj < end:
+                # the first tensor at which the call's elements reach its budget (whole tensors:
+                # integer sums, so the bisection takes exactly the tensors a one-by-one walk would)
+                k = bisect_left(cj, cj[tj] + budget - in_call, tj + 1)
+                if k > end:
+                    got += cj[end] - cj[tj]
+                    in_call += cj[end] - cj[tj]
+                    tj = end
+                    break
+                got += cj[k] - cj[tj]
+                in_call += cj[k] - cj[tj]
+                tj = k
+                calls_made += 1
+                taken += in_call
+                in_call = 0
+                budget = min(prefetch, max_live - available - taken)
+                if calls_made >= modules[i] or budget <= 0:
+                    break
             next_t[j] = tj
             if got:
                 pieces.append((j, got))
-            if tj < len(pj):
+            if tj < end:
                 break
             fetched_for[j] = q
             q += 1
