@@ -54,9 +54,9 @@ class _Console(Console):
             raise BrokenPipeError from None
 
 
-def _console(file) -> Console:
+def _console(file, soft_wrap: bool = False) -> Console:
     terminal = hasattr(file, "isatty") and file.isatty()
-    console = _Console(file=file if terminal else _NoTrailingSpaces(file), soft_wrap=False, highlight=False)
+    console = _Console(file=file if terminal else _NoTrailingSpaces(file), soft_wrap=soft_wrap, highlight=False)
     if not terminal and "COLUMNS" not in os.environ:
         console.width = _PIPE_WIDTH
     return console
@@ -67,7 +67,9 @@ def out() -> Console:
 
 
 def err() -> Console:
-    return _console(sys.stderr)
+    # Notices and errors are sentences with paths and commands in them: the terminal wraps them (soft
+    # wrap), so a path copied from a narrow terminal is whole and an error stays one line, as said.
+    return _console(sys.stderr, soft_wrap=True)
 
 
 def colour() -> bool:
