@@ -57,9 +57,11 @@ ONE_RUN_ERROR_PCT = 23.8
 """Expected step-time error of a profile calibrated on one run, for the machine's other jobs: the mean
 absolute throughput error of calibrating on one run of a published source and predicting its others,
 23.8% over 554 pairs of 33 sources (scripts/evidence/calibrate_from_log.py, 2026-11-27, the step model
-after the per-part MFU and eager-attention terms; median 10.7%). Those runs give a throughput figure only; a run with wall_clock_breakdown
-timers identifies more (scripts/evidence/calibration_stability.py measures that on the CPU testbed), but
-no series of quiet rounds has yet, so the one-run figure stays the stated error."""
+after the per-part MFU and eager-attention terms; median 10.7%). Those runs give a throughput figure
+only; a run with wall_clock_breakdown timers identifies more: on the CPU testbed one bench log's
+calibration missed the held-out configs by 4.6-8.6% in the five quiet rounds of the 2026-11-27
+series (scripts/evidence/calibration_stability.py). Five rounds of one machine are not a band for
+other machines and jobs, so the one-run figure stays the stated error."""
 
 
 @dataclass

@@ -140,6 +140,12 @@ def _idle_expert_params(model: ModelSpec, layer: LayerSpec) -> int:
     return (layer.experts - model.experts_per_token) * expert
 
 
+def attention_head_dim(model: ModelSpec) -> float:
+    """The head size 4·H·d attention FLOPs per position take: MLA (DeepSeek) scores over the q/k head
+    size and multiplies A.V over the value head size, 2·H·(d_qk + d_v), which is 4·H·d at their mean."""
+    return (model.head_dim + (model.v_head_dim or model.head_dim)) / 2
+
+
 def layer_flops(model: ModelSpec, layer: LayerSpec) -> LayerFlops:
     """Forward FLOPs per token of one module (see the module docstring for the formula)."""
     if layer.kind == "embedding":
@@ -149,10 +155,7 @@ def layer_flops(model: ModelSpec, layer: LayerSpec) -> LayerFlops:
     if layer.kind in ("norm", "vision"):  # vision: an image encoder that text-only batches never run
         return LayerFlops(layer.name, layer.kind, 0.0, 0.0)
     matrices = sum(t for t in layer.tensors if is_matrix(t, model)) - _idle_expert_params(model, layer)
-    # MLA (DeepSeek): scores over the q/k head size, A.V over the value head size: 2·H·(d_qk + d_v)
-    # per position, which 4·H·d gives with d their mean
-    head_dim = (model.head_dim + (model.v_head_dim or model.head_dim)) / 2
-    block = dense_block_flops(matrices, model.num_heads, head_dim, name=layer.name)
+    block = dense_block_flops(matrices, model.num_heads, attention_head_dim(model), name=layer.name)
     attention = block.attention_flops_per_seq
     if layer.kind == "decoder_block" and model.family == "t5":
         attention *= 2  # self-attention and cross-attention
@@ -296,7 +299,7 @@ def eager_score_seconds(
     gpu = hardware.gpu
     if attention != "eager" or gpu is None or not gpu.hbm_bandwidth_Bps or not layer.attention_flops_per_seq:
         return 0.0, 0.0
-    matrices = layer.attention_flops_per_seq / (4 * model.head_dim)
+    matrices = layer.attention_flops_per_seq / (4 * attention_head_dim(model))
     element_bytes = 2 * tokens * seq_len * matrices / gpu.hbm_bandwidth_Bps
     forward, backward = EAGER_SCORE_PASSES
     return forward * element_bytes, backward * element_bytes

@@ -148,6 +148,8 @@ class StepInputs(NamedTuple):
     reduce_scatter: bool = True
     """stage 1/2: `reduce_scatter` (a flush flattens the bucket's slices into a new tensor; without
     it the bucket is all-reduced in place)"""
+    zero_init: bool = True
+    """stage 3: the model is built under deepspeed.zero.Init (else it is on the GPU whole once at init)"""
 
 
 def with_host(s: StepInputs, phases: tuple[Phase, ...]) -> tuple[Phase, ...]:

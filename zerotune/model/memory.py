@@ -27,7 +27,6 @@ from zerotune.model.live_bytes import (
     PARAMS,
     Phase,
     StepInputs,
-    Term,
     peak,
     timeline_below_stage3,
 )
@@ -76,18 +75,6 @@ def _slack(hardware: HardwareProfile | None) -> int:
     fitted by `zerotune calibrate --from-log` (zerotune/calibrate/from_log.py); 0 when not measured."""
     gpu = hardware.gpu if hardware is not None else None
     return (gpu.memory_slack_bytes or 0) if gpu is not None else 0
-
-
-def whole_model_at_init(psi: int, elem: int) -> Phase:
-    """Stage 3 with a model built outside deepspeed.zero.Init: `deepspeed.initialize` casts it to the
-    training dtype and moves it to the GPU whole (runtime/engine.py `_configure_distributed_model`:
-    `self.module.to(self.device)` unless the parameters already carry `ds_id`), and only then partitions
-    it parameter by parameter (parameter_offload.py `_convert_to_zero_parameters`), freeing each full
-    tensor. So all Ψ 16-bit weights are live on one GPU once, before any optimizer state exists; the
-    caching allocator keeps those blocks reserved after they are freed."""
-    return Phase(
-        "init: whole model on the GPU (no zero.Init)", "init", (Term("16-bit parameters, whole model", PARAMS, psi * elem),)
-    )
 
 
 OFFLOAD_OPTIONS: tuple[tuple[int, str, str], ...] = (
@@ -294,10 +281,9 @@ def estimate_memory(
         host_moments=host_moments,
         host_accum=host_accum,
         reduce_scatter=zero.reduce_scatter,
+        zero_init=workload.zero_init,
     )
     timeline = timeline_stage3(inputs) if stage == 3 else timeline_below_stage3(inputs)
-    if stage == 3 and not workload.zero_init:
-        timeline = (whole_model_at_init(facts.psi, e), *timeline)
     kinds = peak(timeline).kinds()
     comm = kinds.get(BUFFERS, 0)
     activations = kinds.get(ACTIVATIONS, 0)

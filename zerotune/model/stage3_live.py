@@ -7,6 +7,8 @@ partitioned_param_coordinator.py).
   a clone even for an fp32 model), the moments, the gradient partitions
   (`_setup_for_real_optimizer`: `grad_partitions_flat_buffer`, part elements in the accumulation
   dtype) and, with contiguous gradients, one `reduce_bucket_size` bucket in the communication dtype.
+- Init, only for a model built outside `deepspeed.zero.Init`: the whole 16-bit model on the GPU once
+  (`whole_model_at_init`), before it is partitioned.
 - End of forward: the parameters still gathered (the whole model at the default
   `stage3_max_reuse_distance` of 1e9: a module is released only if its next use is further away;
   zerotune.model.memory_facts `gathered_elements`, which includes the prefetch issued ahead: its
@@ -124,7 +126,9 @@ def timeline_stage3(s: StepInputs) -> tuple[Phase, ...]:
             "optimizer step (update)", "step", base + (fp32,) + ((Term("optimizer temporaries", OPTIMIZER, temps),) if temps else ())
         )
         step = first if first.total >= second.total else second
-    return with_host(s, (
+    # a model built outside zero.Init is on the GPU whole before any host buffer exists
+    whole = () if s.zero_init else (whole_model_at_init(s.psi, e),)
+    return whole + with_host(s, (
         Phase("after init", "init", init),
         *((first_fetch,) if s.in_flight_bytes else ()),
         fwd,
@@ -134,3 +138,15 @@ def timeline_stage3(s: StepInputs) -> tuple[Phase, ...]:
         step,
         Phase("after step", "end", base),
     ))
+
+
+def whole_model_at_init(psi: int, elem: int) -> Phase:
+    """Stage 3 with a model built outside deepspeed.zero.Init: `deepspeed.initialize` casts it to the
+    training dtype and moves it to the GPU whole (runtime/engine.py `_configure_distributed_model`:
+    `self.module.to(self.device)` unless the parameters already carry `ds_id`), and only then partitions
+    it parameter by parameter (parameter_offload.py `_convert_to_zero_parameters`), freeing each full
+    tensor. So all Ψ 16-bit weights are live on one GPU once, before any optimizer state exists; the
+    caching allocator keeps those blocks reserved after they are freed."""
+    return Phase(
+        "init: whole model on the GPU (no zero.Init)", "init", (Term("16-bit parameters, whole model", PARAMS, psi * elem),)
+    )

@@ -210,7 +210,6 @@ def report(out: Console, job: Job, memory: MemoryEstimate, estimate: StepEstimat
 
 def payload(job: Job, memory: MemoryEstimate, estimate: StepEstimate, verdict: Verdict) -> dict[str, Any]:
     """The --json document of predict (also what scripts read)."""
-
     from zerotune.model.step import step_summary
 
     b = memory.per_gpu
