@@ -204,17 +204,36 @@ def test_cache_decision(check: SelfCheck, cache: bool, words: str) -> None:
         assert "--repeats 2" in decision.line
 
 
-def test_expected_error_covers_the_worst_held_out_config_the_noise_and_the_launch_spread() -> None:
+def test_expected_error_adds_bias_fit_spread_and_launch_spread_in_quadrature() -> None:
     from zerotune.calibrate.check import LAUNCH_SPREAD_PCT
 
+    # bias: the held-out MAPE (4%), never below the runs' noise
     assert _check({"a": 2.0, "b": -7.0, "c": 3.0}, {}).expected_error_pct == pytest.approx(
-        math.hypot(7.0, LAUNCH_SPREAD_PCT)
+        math.hypot(4.0, LAUNCH_SPREAD_PCT)
     )
     assert _check({"a": 0.5, "b": -0.4}, {}, noise=3.0).expected_error_pct == pytest.approx(
         math.hypot(3.0, LAUNCH_SPREAD_PCT)
     )
+    # variance: how far the fit's predictions move when its terms are re-selected on other runs
+    spread = SelfCheck(held_out_pct={"a": 2.0, "b": -2.0}, probe_pct={}, noise_pct=1.0, foreign_share=0.0,
+                       refit_spread_pct=5.0)  # fmt: skip
+    assert spread.expected_error_pct == pytest.approx(math.sqrt(2.0**2 + 5.0**2 + LAUNCH_SPREAD_PCT**2))
+    assert "jackknife spread" in spread.method() and "+-5.0%" in spread.method()
     # a perfect fit still cannot promise better than launches agree
     assert _check({"a": 0.0, "b": 0.0}, {}, noise=0.0).expected_error_pct == pytest.approx(LAUNCH_SPREAD_PCT)
+
+
+def test_refit_spread_is_nil_for_an_exact_design_and_grows_when_one_run_moves_the_terms() -> None:
+    """The jackknife of the whole fit (crossval.refit_spread): runs the model describes exactly give
+    the same terms in every fold; one run 40% slow pulls the terms of the folds that keep it, so the
+    folds' predictions spread, and the expected error says so."""
+    runs, names, core = synthetic_runs()
+    exact = fit(runs, _with_memory(), names=names, predictor=stub(core)).check
+    assert exact is not None and exact.refit_spread_pct < 1e-3
+    runs[2]["step_time_s"] *= 1.4
+    moved = fit(runs, _with_memory(), names=names, predictor=stub(core)).check
+    assert moved.refit_spread_pct > 1.0
+    assert moved.expected_error_pct > math.hypot(moved.mape_pct, 3.1)
 
 
 # --------------------------------------------------------------------------- load and noise

@@ -14,10 +14,14 @@ self-check of the fit on runs it did not see.
   collectives, host memory) are measurements of the machine, like a probe's, and stay as measured
   from every run; the check asks whether the *fitted* terms generalise. The profile is cached only
   when the held-out error (MAPE) is within BAND_PCT and below the probe-only error of the same runs.
-- **Expected error.** The largest held-out error of the check, never below the held-out MAPE nor
-  the runs' own measurement noise, combined (root sum of squares) with LAUNCH_SPREAD_PCT: the design
-  runs share one launch of the ranks (calibrate/pool.py), while the jobs a user predicts run in launches
-  of their own, which differ from each other by that much. predict/recommend/bench quote it.
+- **Expected error.** Three independent parts, combined as a root sum of squares (bias, variance
+  and noise of a prediction add in quadrature): the fit's bias, the held-out MAPE of the check (never
+  below the runs' own measurement noise); the fit's variance, the jackknife spread of the whole
+  procedure (`refit_spread_pct`, zerotune/calibrate/crossval.py): how far its predictions move when
+  another set of runs makes the term selection choose differently, which is what a job with knobs the
+  design never ran pays; and LAUNCH_SPREAD_PCT: the design runs share one launch of the ranks
+  (calibrate/pool.py), while the jobs a user predicts run in launches of their own, which differ from
+  each other by that much. predict/recommend/bench quote it.
 """
 
 from __future__ import annotations
@@ -97,6 +101,9 @@ class SelfCheck:
     foreign_share: float | None
     """Median share of the machine other processes took during the runs."""
     notes: list[str] = field(default_factory=list)
+    refit_spread_pct: float = 0.0
+    """Jackknife spread of the whole fit (terms re-selected per fold) at the design configs, RMS,
+    percent (zerotune/calibrate/crossval.py refit_spread)."""
 
     @property
     def mape_pct(self) -> float:
@@ -108,16 +115,16 @@ class SelfCheck:
 
     @property
     def expected_error_pct(self) -> float:
-        worst = max((abs(v) for v in self.held_out_pct.values()), default=math.nan)
-        return math.hypot(max(worst, self.mape_pct, self.noise_pct), LAUNCH_SPREAD_PCT)
+        bias = max(self.mape_pct, self.noise_pct) if math.isfinite(self.mape_pct) else math.nan
+        return math.hypot(bias, self.refit_spread_pct, LAUNCH_SPREAD_PCT)
 
     def method(self) -> str:
         return (
-            f"largest leave-one-out step-time error over {len(self.held_out_pct)} design configs"
+            f"root sum of squares of the leave-one-out step-time MAPE over {len(self.held_out_pct)} design configs"
             f"{f' ({len(self.notes)} the fit needs not held out)' if self.notes else ''} "
-            f"(held-out MAPE {self.mape_pct:.1f}%, probe-only {_pct(self.probe_mape_pct)}, run noise "
-            f"+-{self.noise_pct:.1f}%), with +-{LAUNCH_SPREAD_PCT:g}% between launches; fitted terms re-fitted per "
-            "fold, measured rates kept"
+            f"({self.mape_pct:.1f}%, probe-only {_pct(self.probe_mape_pct)}, run noise +-{self.noise_pct:.1f}%; "
+            f"fitted terms re-fitted per fold, measured rates kept), the fit's jackknife spread with its terms "
+            f"re-selected (+-{self.refit_spread_pct:.1f}%) and +-{LAUNCH_SPREAD_PCT:g}% between launches"
         )
 
 
