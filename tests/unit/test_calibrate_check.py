@@ -207,10 +207,10 @@ def test_cache_decision(check: SelfCheck, cache: bool, words: str) -> None:
 def test_expected_error_adds_bias_fit_spread_and_launch_spread_in_quadrature() -> None:
     from zerotune.calibrate.check import LAUNCH_SPREAD_PCT
 
-    # bias: the held-out MAPE (4%), never below the runs' noise
-    assert _check({"a": 2.0, "b": -7.0, "c": 3.0}, {}).expected_error_pct == pytest.approx(
-        math.hypot(4.0, LAUNCH_SPREAD_PCT)
-    )
+    # bias: the RMS of the held-out errors, never below the runs' noise; an RMS covers the MAPE (4%)
+    held = _check({"a": 2.0, "b": -7.0, "c": 3.0}, {})
+    assert held.expected_error_pct == pytest.approx(math.hypot(math.sqrt(62 / 3), LAUNCH_SPREAD_PCT))
+    assert held.rms_pct > held.mape_pct == pytest.approx(4.0)
     assert _check({"a": 0.5, "b": -0.4}, {}, noise=3.0).expected_error_pct == pytest.approx(
         math.hypot(3.0, LAUNCH_SPREAD_PCT)
     )
@@ -233,7 +233,7 @@ def test_refit_spread_is_nil_for_an_exact_design_and_grows_when_one_run_moves_th
     runs[2]["step_time_s"] *= 1.4
     moved = fit(runs, _with_memory(), names=names, predictor=stub(core)).check
     assert moved.refit_spread_pct > 1.0
-    assert moved.expected_error_pct > math.hypot(moved.mape_pct, 3.1)
+    assert moved.expected_error_pct > math.hypot(moved.rms_pct, 3.1)
 
 
 # --------------------------------------------------------------------------- load and noise
