@@ -82,5 +82,6 @@ def summary(fit: Fit) -> dict[str, Any]:
         "calibrated_mape_pct": mape([r.error_pct for r in fit.runs]),
         "held_out_mape_pct": check.mape_pct if check else None,
         "expected_error_pct": check.expected_error_pct if check else None,
+        "fit_spread_pct": check.refit_spread_pct if check else None,
         "foreign_load_share": check.foreign_share if check else None,
     }
