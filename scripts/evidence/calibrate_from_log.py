@@ -2,6 +2,7 @@
 
     .venv/bin/python scripts/evidence/calibrate_from_log.py              # published sources
     .venv/bin/python scripts/evidence/calibrate_from_log.py --json       # one JSON document
+    .venv/bin/python scripts/evidence/calibrate_from_log.py --runs       # and each run: why its source misses
 
 Published part: data/published/runs.yaml holds sources that give several runs of one machine (same
 URL, same box, same GPU count). For every such source and every run of it in turn, that run is the
@@ -11,6 +12,12 @@ the CLI calls), starting from the profile the published suite predicts with (scr
 published.py run_hardware); the calibrated profile then predicts the source's other runs. Reported per
 source and overall: throughput MAPE before (the suite's own prediction) and after, and memory MAPE
 where the source gives max_allocated. Goal (issue 22): <= 10% throughput, <= 5% memory.
+
+`--runs` adds each run of every source: measured over predicted step time (one run's fit carries its
+ratio to the others, so a source whose ratios differ cannot be predicted from one run), the predicted
+step's parts (compute, exposed communication, optimizer + offload, fixed overhead), and the peak's signed
+error with the counter the source read (one run's gap is not applied: the spread of these errors within a
+source is what one run cannot identify).
 
 The CPU part (on this machine: calibrate from the log of one `zerotune bench` run, predict the held-out
 grid, next to `zerotune calibrate`'s own held-out MAPE) is a column of every round of
@@ -91,6 +98,24 @@ def source_rows(runs: list[Any]) -> dict[str, Any] | None:
                 row["mem_before_pct"] = _ape(predict_peak(held, held_base), mem.value)
                 row["mem_after_pct"] = _ape(predict_peak(held, fitted), mem.value)
             pairs.append(row)
+    runs_rows = []
+    for held, held_base in obs:
+        est = predict(held, held_base)
+        step, mem = held.step(), held.measured.peak_bytes
+        runs_rows.append(
+            {
+                "run": held.label,
+                "measured_over_predicted": step.value / est.step_time_s if step is not None else None,
+                "parts_s": {
+                    "compute": est.compute_s,
+                    "exposed_comm": est.exposed_comm_s,
+                    "optimizer_offload": est.optimizer_s + est.offload_s,
+                    "overhead": est.overhead_s,
+                },
+                "memory_kind": held.measured.peak_kind if mem is not None else None,
+                "mem_error_pct": (predict_peak(held, held_base) / mem.value - 1) * 100 if mem is not None else None,
+            }
+        )
     # several logs combine: calibrate on all the other runs of the source, predict the one left out
     rest_rows: list[dict[str, Any]] = []
     for j, (held, held_base) in enumerate(obs):
@@ -106,7 +131,7 @@ def source_rows(runs: list[Any]) -> dict[str, Any] | None:
             row["mem_before_pct"] = _ape(predict_peak(held, held_base), mem.value)
             row["mem_after_pct"] = _ape(predict_peak(held, fitted), mem.value)
         rest_rows.append(row)
-    return {"runs": len(obs), "pairs": pairs, "rest": rest_rows}
+    return {"runs": len(obs), "pairs": pairs, "rest": rest_rows, "run_rows": runs_rows}
 
 
 def _mean(rows: list[dict[str, Any]], key: str, kind: str | None = None) -> float | None:
@@ -132,6 +157,7 @@ def published_part() -> dict[str, Any]:
                 "runs": found["runs"],
                 "pairs": pairs,
                 "rest": found["rest"],
+                "run_rows": found["run_rows"],
                 "tput_before_pct": _mean(pairs, "tput_before_pct"),
                 "tput_after_pct": _mean(pairs, "tput_after_pct"),
                 "mem_before_pct": _mean(pairs, "mem_before_pct", "max_allocated"),
@@ -193,15 +219,29 @@ def print_table(doc: dict[str, Any]) -> None:
     )
 
 
+def print_runs(doc: dict[str, Any]) -> None:
+    print("\neach run, before calibration: measured / predicted step time, the predicted step's parts, the peak's error")
+    for s in doc["sources"]:
+        print(f"{s['source'].replace('https://github.com/', '')[-90:]} ({s['profile']}, {s['world']} GPUs)")
+        for r in s["run_rows"]:
+            ratio = r["measured_over_predicted"]
+            parts = "  ".join(f"{k} {v:7.3f}" for k, v in r["parts_s"].items())
+            mem = f"  peak {r['mem_error_pct']:+6.1f}% {r['memory_kind']}" if r["mem_error_pct"] is not None else ""
+            print(f"  {r['run'][:62]:62} {'x' + format(ratio, '.2f') if ratio else '    -':>6}  {parts}{mem}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--runs", action="store_true", help="each run: its measured/predicted ratio, parts, peak error")
     args = parser.parse_args(argv)
     doc: dict[str, Any] = {"published": published_part()}
     if args.json:
         print(json.dumps(doc, indent=1))
     else:
         print_table(doc["published"])
+        if args.runs:
+            print_runs(doc["published"])
     return 0
 
 
