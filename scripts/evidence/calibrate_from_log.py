@@ -72,6 +72,26 @@ def observation(run: Any) -> tuple[Observation, Any] | None:
     return Observation(run.id, spec, workload, resolved.zero, measured), run_hardware(run, spec, resolved.precision)
 
 
+def differs(cal: Observation, held: Observation) -> str:
+    """How the predicted run's job differs from the calibration run's, in the things that change the
+    step's mix of costs: the model first, then the ZeRO stage, offload, activation checkpointing."""
+    if cal.spec.name != held.spec.name:
+        return "model"
+    if cal.zero.stage != held.zero.stage:
+        return "stage"
+    offload = lambda o: (o.zero.offload_optimizer.device, o.zero.offload_param.device)  # noqa: E731
+    if offload(cal) != offload(held):
+        return "offload"
+    if cal.workload.activation_checkpointing != held.workload.activation_checkpointing:
+        return "checkpointing"
+    return "same"
+
+
+REGIMES = ("same", "stage", "offload", "checkpointing", "model")
+"""The rows of the per-regime table: `same` = the same model, stage, offload and checkpointing (batch,
+sequence length, accumulation or knobs differ)."""
+
+
 def _ape(pred: float, meas: float) -> float:
     return abs(pred / meas - 1) * 100
 
@@ -87,7 +107,7 @@ def source_rows(runs: list[Any]) -> dict[str, Any] | None:
         for j, (held, held_base) in enumerate(obs):
             if i == j:
                 continue
-            row: dict[str, Any] = {"calibrated_on": cal.label, "predicted": held.label}
+            row: dict[str, Any] = {"calibrated_on": cal.label, "predicted": held.label, "differs": differs(cal, held)}
             step = held.step()
             if step is not None and cal.step() is not None:
                 row["tput_before_pct"] = _ape(predict(held, held_base).step_time_s, step.value)
@@ -188,7 +208,21 @@ def published_part() -> dict[str, Any]:
         "rest_mem_before_pct": _mean(rest, "mem_before_pct", "max_allocated"),
         "rest_mem_after_pct": _mean(rest, "mem_after_pct", "max_allocated"),
     }
-    return {"sources": sources, "overall": overall}
+    by_regime = {}
+    for regime in REGIMES:
+        rows = [p for p in every if p["differs"] == regime and "tput_after_pct" in p]
+        if rows:
+            by_regime[regime] = {
+                "pairs": len(rows),
+                "sources": sum(any(p["differs"] == regime and "tput_after_pct" in p for p in s["pairs"]) for s in sources),
+                "tput_before_pct": _mean(rows, "tput_before_pct"),
+                "tput_after_pct": _mean(rows, "tput_after_pct"),
+                "tput_after_median_pct": statistics.median(r["tput_after_pct"] for r in rows),
+            }
+    other = [p for p in every if p["differs"] != "same" and "tput_after_pct" in p]
+    overall["tput_after_same_job_pct"] = by_regime["same"]["tput_after_pct"] if "same" in by_regime else None
+    overall["tput_after_other_job_pct"] = _mean(other, "tput_after_pct")
+    return {"sources": sources, "overall": overall, "by_regime": by_regime}
 
 
 def _f(value: float | None) -> str:
@@ -219,6 +253,22 @@ def print_table(doc: dict[str, Any]) -> None:
     )
 
 
+def print_regimes(doc: dict[str, Any]) -> None:
+    print("\none run's calibration by how the predicted run's job differs from the calibration run's:")
+    print(f"{'differs in':16} {'pairs':>5} {'sources':>7}  tput before  after  (median)")
+    for regime, r in doc["by_regime"].items():
+        name = "nothing" if regime == "same" else regime
+        print(
+            f"{name:16} {r['pairs']:5d} {r['sources']:7d}  {_f(r['tput_before_pct'])} {_f(r['tput_after_pct'])}"
+            f" ({_f(r['tput_after_median_pct']).strip()})"
+        )
+    o = doc["overall"]
+    print(
+        f"same model, stage, offload and checkpointing: {_f(o['tput_after_same_job_pct']).strip()}; any of them "
+        f"differs: {_f(o['tput_after_other_job_pct']).strip()}"
+    )
+
+
 def print_runs(doc: dict[str, Any]) -> None:
     print("\neach run, before calibration: measured / predicted step time, the predicted step's parts, the peak's error")
     for s in doc["sources"]:
@@ -240,6 +290,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(doc, indent=1))
     else:
         print_table(doc["published"])
+        print_regimes(doc["published"])
         if args.runs:
             print_runs(doc["published"])
     return 0
