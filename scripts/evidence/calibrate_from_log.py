@@ -3,6 +3,7 @@
     .venv/bin/python scripts/evidence/calibrate_from_log.py              # published sources
     .venv/bin/python scripts/evidence/calibrate_from_log.py --json       # one JSON document
     .venv/bin/python scripts/evidence/calibrate_from_log.py --runs       # and each run: why its source misses
+    .venv/bin/python scripts/evidence/calibrate_from_log.py --markdown   # the per-source and per-regime tables of docs/accuracy.md
 
 Published part: data/published/runs.yaml holds sources that give several runs of one machine (same
 URL, same box, same GPU count). For every such source and every run of it in turn, that run is the
@@ -273,6 +274,42 @@ def print_regimes(doc: dict[str, Any]) -> None:
     )
 
 
+def _short(url: str) -> str:
+    """A source's URL as a table cell: the repository and the last folders of the file (or the issue)."""
+    parts = url.replace("https://github.com/", "").replace("https://gist.github.com/", "gist ").split("/")
+    if "issues" in parts:
+        return f"{parts[1]}#{parts[-1]}"
+    if "blob" not in parts:
+        return "/".join(parts)[:28]
+    path = parts[parts.index("blob") + 2 :]
+    if path[-1].endswith(".png"):  # DeepSpeedExamples' DeepCompile charts: the chart and its run folder
+        return f"{parts[1]} {path[-1].removeprefix('chart_throughput_').removesuffix('.png')} ({path[-3]})"
+    path = path[:-1] if path[-1] == "README.md" and len(path) > 1 else path
+    return f"{parts[0]}/{parts[1]}" if path == ["README.md"] else f"{parts[1]} {'/'.join(path[-2:])}"
+
+
+def print_markdown(doc: dict[str, Any]) -> None:
+    def cell(value: float | None) -> str:
+        return f"{value:.1f}%" if value is not None else "-"
+
+    print("| source | profile | GPUs | runs | throughput: suite | one run | all others | max_allocated: suite / one run / all others |")
+    print("|---|---|---|---|---|---|---|---|")
+    for s in doc["sources"]:
+        mem = " / ".join(cell(s[k]) for k in ("mem_before_pct", "mem_after_pct", "rest_mem_after_pct"))
+        print(
+            f"| {_short(s['source'])} | {s['profile']} | {s['world']} | {s['runs']} | {cell(s['tput_before_pct'])} | "
+            f"{cell(s['tput_after_pct'])} | {cell(s['rest_tput_after_pct'])} | {mem if s['mem_before_pct'] is not None else '-'} |"
+        )
+    print("\n| the predicted run's job differs in | pairs | sources | suite | calibrated on one run (median) |")
+    print("|---|---|---|---|---|")
+    for regime, r in doc["by_regime"].items():
+        name = "nothing (same model, stage, offload, checkpointing)" if regime == "same" else regime
+        print(
+            f"| {name} | {r['pairs']} | {r['sources']} | {cell(r['tput_before_pct'])} | {cell(r['tput_after_pct'])} "
+            f"({cell(r['tput_after_median_pct'])}) |"
+        )
+
+
 def print_runs(doc: dict[str, Any]) -> None:
     print("\neach run, before calibration: measured / predicted step time, the predicted step's parts, the peak's error")
     for s in doc["sources"]:
@@ -288,10 +325,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--runs", action="store_true", help="each run: its measured/predicted ratio, parts, peak error")
+    parser.add_argument("--markdown", action="store_true", help="the per-source and per-regime tables as markdown")
     args = parser.parse_args(argv)
     doc: dict[str, Any] = {"published": published_part()}
     if args.json:
         print(json.dumps(doc, indent=1))
+    elif args.markdown:
+        print_markdown(doc["published"])
     else:
         print_table(doc["published"])
         print_regimes(doc["published"])
