@@ -4,6 +4,7 @@
     .venv/bin/python scripts/evidence/calibrate_from_log.py --json       # one JSON document
     .venv/bin/python scripts/evidence/calibrate_from_log.py --runs       # and each run: why its source misses
     .venv/bin/python scripts/evidence/calibrate_from_log.py --markdown   # the per-source and per-regime tables of docs/accuracy.md
+    .venv/bin/python scripts/evidence/calibrate_from_log.py --write      # also data/evidence/calibrate_from_log.json
 
 Published part: data/published/runs.yaml holds sources that give several runs of one machine (same
 URL, same box, same GPU count). For every such source and every run of it in turn, that run is the
@@ -51,7 +52,11 @@ from zerotune.calibrate.from_log import fit_logs, observation_kind  # noqa: E402
 from zerotune.calibrate.observation import Observation, predict, predict_peak  # noqa: E402
 from zerotune.diagnose.measure import Figure, Measured  # noqa: E402
 from zerotune.dsconfig.settings import resolve  # noqa: E402
+from zerotune.files import write_atomic  # noqa: E402
 
+OUT = REPO / "data" / "evidence" / "calibrate_from_log.json"
+"""The overall, per-regime and per-source figures (not the pairs): what zerotune/calibrate/from_log.py's
+ONE_RUN_*_ERROR_PCT state (tests/unit/test_calibrate_from_log.py checks them against it)."""
 TPUT_GOAL_PCT = 10.0
 MEMORY_GOAL_PCT = 5.0
 
@@ -326,8 +331,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--runs", action="store_true", help="each run: its measured/predicted ratio, parts, peak error")
     parser.add_argument("--markdown", action="store_true", help="the per-source and per-regime tables as markdown")
+    parser.add_argument("--write", action="store_true", help=f"also write {OUT.relative_to(REPO)}")
     args = parser.parse_args(argv)
     doc: dict[str, Any] = {"published": published_part()}
+    if args.write:
+        found = doc["published"]
+        sources = [{k: v for k, v in s.items() if k not in ("pairs", "rest", "run_rows")} for s in found["sources"]]
+        record = {"overall": found["overall"], "by_regime": found["by_regime"], "sources": sources}
+        write_atomic(OUT, json.dumps(record, indent=1) + "\n", force=True)
     if args.json:
         print(json.dumps(doc, indent=1))
     elif args.markdown:

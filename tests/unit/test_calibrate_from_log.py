@@ -324,6 +324,11 @@ def test_one_run_states_its_error_by_the_kind_of_job_predicted() -> None:
     from zerotune.catalog.trust import from_your_runs, job_kind
 
     assert ONE_RUN_SAME_JOB_ERROR_PCT < ONE_RUN_ERROR_PCT < ONE_RUN_OTHER_JOB_ERROR_PCT
+    # what they state is the recorded evidence (scripts/evidence/calibrate_from_log.py --write)
+    recorded = json.loads((Path(__file__).resolve().parents[2] / "data" / "evidence" / "calibrate_from_log.json").read_text())
+    assert abs(ONE_RUN_ERROR_PCT - recorded["overall"]["tput_after_pct"]) <= 0.5
+    assert abs(ONE_RUN_SAME_JOB_ERROR_PCT - recorded["overall"]["tput_after_same_job_pct"]) <= 0.5
+    assert abs(ONE_RUN_OTHER_JOB_ERROR_PCT - recorded["overall"]["tput_after_other_job_pct"]) <= 0.5
     base = load_profile("dgx-h100")
     step = predict(_obs(2, Measured()), base).step_time_s * 1.2
     one = fit_logs([_obs(2, Measured(step_s=Figure(step, "log:7")), "a.log")], base).profile
