@@ -204,6 +204,9 @@ def published_part() -> dict[str, Any]:
     overall = {
         "sources": len(sources),
         "pairs": len(every),
+        "tput_pairs": sum("tput_after_pct" in p for p in every),
+        "tput_sources": sum(s["tput_after_pct"] is not None for s in sources),
+        "mem_pairs": sum(p.get("memory_kind") == "max_allocated" and "mem_after_pct" in p for p in every),
         "tput_before_pct": _mean(every, "tput_before_pct"),
         "tput_after_pct": _mean(every, "tput_after_pct"),
         "tput_after_median_pct": statistics.median([p["tput_after_pct"] for p in every if "tput_after_pct" in p]),
@@ -250,10 +253,11 @@ def print_table(doc: dict[str, Any]) -> None:
         )
     o = doc["overall"]
     print(
-        f"overall: {o['sources']} sources, {o['pairs']} (calibration run, predicted run) pairs; throughput MAPE "
+        f"overall: {o['sources']} sources, {o['pairs']} (calibration run, predicted run) pairs; throughput MAPE over "
+        f"{o['tput_pairs']} pairs of {o['tput_sources']} sources "
         f"{_f(o['tput_before_pct'])} -> {_f(o['tput_after_pct'])} (median {_f(o['tput_after_median_pct'])}, "
         f"per-source mean {_f(o['tput_after_per_source_pct'])}; goal <= {TPUT_GOAL_PCT:.0f}%); memory "
-        f"(max_allocated) {_f(o['mem_before_pct'])} -> {_f(o['mem_after_pct'])} (goal <= {MEMORY_GOAL_PCT:.0f}%)"
+        f"(max_allocated, {o['mem_pairs']} pairs) {_f(o['mem_before_pct'])} -> {_f(o['mem_after_pct'])} (goal <= {MEMORY_GOAL_PCT:.0f}%)"
     )
     print(
         f"several logs (all other runs of the source): throughput MAPE {_f(o['rest_tput_after_pct'])} (median "

@@ -56,7 +56,7 @@ from zerotune.units import GiB
 ONE_RUN_ERROR_PCT = 23.3
 """Expected step-time error of a profile calibrated on one run, for the machine's other jobs of any kind:
 the mean absolute throughput error of calibrating on one run of a published source and predicting its
-others, 23.3% over 554 pairs of 33 sources, median 9.6%, 16.4% averaged per source
+others, 23.3% over 416 pairs of 32 sources, median 9.6%, 16.4% averaged per source
 (scripts/evidence/calibrate_from_log.py --write, recorded in data/evidence/calibrate_from_log.json;
 2026-11-27 on edf6222). Those runs give a throughput figure only; a run with wall_clock_breakdown
 timers identifies more: on the CPU testbed one bench log's calibration missed the
