@@ -144,6 +144,25 @@ def test_a_run_far_outside_the_band_is_a_finding() -> None:
     assert len(found.findings) == 1 and "slow.log" in found.findings[0] and "slow node" in found.findings[0]
 
 
+def test_a_later_log_is_checked_against_the_band_of_its_kind_of_job() -> None:
+    """A profile calibrated on one run, then a second log: a run of the first run's kind 20% off is
+    outside that kind's band (a finding), a run of another stage 20% off is inside the other kinds' one."""
+    from zerotune.calibrate.from_log import ONE_RUN_OTHER_JOB_ERROR_PCT, ONE_RUN_SAME_JOB_ERROR_PCT
+
+    assert ONE_RUN_SAME_JOB_ERROR_PCT < 20 < ONE_RUN_OTHER_JOB_ERROR_PCT
+    base = load_profile("dgx-h100")
+    first = _obs(2, Measured(step_s=Figure(predict(_obs(2, Measured()), base).step_time_s, "log:7")), "a.log")
+    one = fit_logs([first], base).profile
+
+    def later(stage: int) -> list[str]:
+        step = predict(_obs(4, Measured(), stage=stage), one).step_time_s * 1.2
+        return fit_logs([_obs(4, Measured(step_s=Figure(step, "log:9")), "b.log", stage=stage)], one).findings
+
+    same = later(3)
+    assert len(same) == 1 and "b.log" in same[0] and f"+-{ONE_RUN_SAME_JOB_ERROR_PCT:.0f}%" in same[0]
+    assert later(2) == []
+
+
 def test_memory_slack_needs_runs_that_agree() -> None:
     base = load_profile("dgx-h100")
     runs = [_obs(m, Measured()) for m in (1, 2, 4)]

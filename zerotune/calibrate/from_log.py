@@ -101,19 +101,18 @@ class LogFit:
 
 
 
-def _band(profile: HardwareProfile) -> tuple[float, str] | None:
-    return expected_error(profile)
+def _band(profile: HardwareProfile, job: str | None = None) -> tuple[float, str] | None:
+    return expected_error(profile, job)
 
 
 def contradictions(observations: list[Observation], profile: HardwareProfile) -> list[str]:
-    """Runs whose step time the profile misses by more than its stated band, with what that suggests."""
-    band = _band(profile)
-    if band is None:
-        return []
+    """Runs whose step time the profile misses by more than its stated band (for a profile calibrated
+    on one run, the band of the run's kind of job), with what that suggests."""
     out = []
     for obs in observations:
         measured = obs.step()
-        if measured is None:
+        band = _band(profile, observation_kind(obs))
+        if measured is None or band is None:
             continue
         est = predict(obs, profile)
         err = pct(est.step_time_s, measured.value)

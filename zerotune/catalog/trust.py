@@ -57,12 +57,12 @@ def from_your_runs(profile: HardwareProfile, job: str | None = None) -> tuple[fl
     return cal.expected_error_pct, method
 
 
-def expected_error(profile: HardwareProfile) -> tuple[float, str] | None:
+def expected_error(profile: HardwareProfile, job: str | None = None) -> tuple[float, str] | None:
     """(expected step-time error in percent, how it is known) of predictions from this profile: the
-    calibration's own (its self-check, or for one on the user's runs its stated error), else the
-    probe-only or catalog error of the evidence suites; None for a calibration made before the
-    self-check existed."""
-    if (yours := from_your_runs(profile)) is not None:
+    calibration's own (its self-check, or for one on the user's runs its stated error, for `job`'s
+    kind where it is given), else the probe-only or catalog error of the evidence suites; None for a
+    calibration made before the self-check existed."""
+    if (yours := from_your_runs(profile, job)) is not None:
         return yours[0], "calibrated on your run(s)"
     if profile.calibration is not None:
         pct = profile.calibration.expected_error_pct
