@@ -318,14 +318,14 @@ def test_predict_and_recommend_quote_the_calibrations_error_not_the_published_ba
     cal = fitted.calibration
     said = json.loads(cli("predict", *job, "--config", config, "--json").stdout)["expected_error"]
     assert said["throughput"] == pytest.approx(cal.same_job_error_pct / 100) and "your run" in said["throughput_from"]
-    assert "of the kind your run was" in said["throughput_from"]
+    assert "this job of its kind" in said["throughput_from"]
     text = cli("predict", *job, "--config", config).stdout
     assert "from this profile's calibration on your run(s)" in " ".join(text.split())
     stage2 = tmp_path / "ds2.json"
     stage2.write_text(config.read_text().replace('"stage": 3', '"stage": 2'))
     other = json.loads(cli("predict", *job, "--config", stage2, "--json").stdout)["expected_error"]
     assert other["throughput"] == pytest.approx(cal.other_job_error_pct / 100)
-    assert "of another kind than your run" in other["throughput_from"]
+    assert "of another kind of job (llama-7b, stage 3" in other["throughput_from"]
     rec = json.loads(cli("recommend", *job, "--json").stdout)["expected_error"]
     assert rec["throughput"] * 100 in (pytest.approx(cal.same_job_error_pct), pytest.approx(cal.other_job_error_pct))
     assert "your run" in rec["throughput_from"]

@@ -51,9 +51,10 @@ def from_your_runs(profile: HardwareProfile, job: str | None = None) -> tuple[fl
         return None
     method = cal.expected_error_method or "calibrate --from-log"
     if job is not None and cal.jobs and cal.same_job_error_pct is not None and cal.other_job_error_pct is not None:
+        evidence = "one-run calibrations of published sources, scripts/evidence/calibrate_from_log.py"
         if job in cal.jobs:
-            return cal.same_job_error_pct, f"{method}; a job of the kind your run was"
-        return cal.other_job_error_pct, f"{method}; a job of another kind than your run ({cal.jobs[0]})"
+            return cal.same_job_error_pct, f"one run, this job of its kind: {evidence}"
+        return cal.other_job_error_pct, f"one run of another kind of job ({cal.jobs[0]}): {evidence}"
     return cal.expected_error_pct, method
 
 
