@@ -334,7 +334,8 @@ def test_predict_and_recommend_quote_the_calibrations_error_not_the_published_ba
 def test_one_run_states_its_error_by_the_kind_of_job_predicted() -> None:
     """One run's calibration carries to jobs of its kind (model, stage, offload, checkpointing), not across
     kinds (scripts/evidence/calibrate_from_log.py): the profile records the run's kind and both errors;
-    several runs state their leave-one-out error whatever the job."""
+    several runs state their leave-one-out error whatever the job, and so does one run whose timers were
+    fitted term by term (the regimes were measured on throughput figures: one factor on every time)."""
     from zerotune.calibrate.from_log import (
         ONE_RUN_ERROR_PCT,
         ONE_RUN_OTHER_JOB_ERROR_PCT,
@@ -370,6 +371,8 @@ def test_one_run_states_its_error_by_the_kind_of_job_predicted() -> None:
             for m in (1, 2, 4)]  # fmt: skip
     several = fit_logs(runs, base).profile.calibration
     assert several.same_job_error_pct is None and several.other_job_error_pct is None
+    timed = Measured(step_s=Figure(step, "log:7"), compute_s=Figure(step / 2, "log:7"))  # timers: term by term
+    assert fit_logs([_obs(2, timed, "t.log")], base).profile.calibration.same_job_error_pct is None
     assert from_your_runs(fit_logs(runs, base).profile, job_kind("llama-7b", 1, "none", "none", True))[0] == (
         several.expected_error_pct
     )

@@ -62,8 +62,9 @@ others, 23.3% over 416 pairs of 32 sources, median 9.6%, 16.4% averaged per sour
 timers identifies more: on the CPU testbed one bench log's calibration missed the
 held-out configs by 4.6-8.6% in the five quiet rounds of the 2026-11-27 series
 (scripts/evidence/calibration_stability.py). Five rounds of one machine are not a band for other
-machines and jobs, so the one-run figures stay the stated error. predict and recommend, which know the
-job, quote the error of its regime (below) instead."""
+machines and jobs, so the one-run figure stays the stated error of such a run. For a run that gives a
+throughput figure only (the published runs' case: one factor on every time), predict and recommend,
+which know the job, quote the error of its regime (below) instead."""
 
 ONE_RUN_SAME_JOB_ERROR_PCT = 9.6
 """The same evidence, the pairs whose predicted job is of the calibration run's kind (the same model,
@@ -199,7 +200,9 @@ def fit_logs(observations: list[Observation], profile: HardwareProfile, *, versi
     else:
         expected = ONE_RUN_ERROR_PCT
         method = "one run: the error of one-run calibrations on other jobs of the machine (scripts/evidence/calibrate_from_log.py)"
-    one_run = not loo and len(observations) == 1
+    # the regimes are measured on runs that give a throughput figure only (one factor on every time); a
+    # run whose timers were fitted term by term keeps the one-run figure for every job
+    one_factor = not loo and len(observations) == 1 and observations[0].measured.compute_s is None
     lines = [_run_line(o) for o in observations]
     previous = profile.calibration
     moved = {v.path for v in values}
@@ -213,8 +216,8 @@ def fit_logs(observations: list[Observation], profile: HardwareProfile, *, versi
         expected_error_pct=expected,
         expected_error_method=method,
         jobs=(previous.jobs if previous else []) + [observation_kind(o) for o in observations],
-        same_job_error_pct=ONE_RUN_SAME_JOB_ERROR_PCT if one_run else None,
-        other_job_error_pct=ONE_RUN_OTHER_JOB_ERROR_PCT if one_run else None,
+        same_job_error_pct=ONE_RUN_SAME_JOB_ERROR_PCT if one_factor else None,
+        other_job_error_pct=ONE_RUN_OTHER_JOB_ERROR_PCT if one_factor else None,
     )
     fitted = fitted.model_copy(update={"calibration": calibration})
     return LogFit(profile=fitted, values=values, rows=rows, findings=findings, notes=notes)
