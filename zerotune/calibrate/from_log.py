@@ -215,7 +215,7 @@ def fit_logs(observations: list[Observation], profile: HardwareProfile, *, versi
         notes=(previous.notes if previous else []) + notes,
         expected_error_pct=expected,
         expected_error_method=method,
-        jobs=(previous.jobs if previous else []) + [observation_kind(o) for o in observations],
+        jobs=[observation_kind(o) for o in observations],  # the runs this fit's step numbers come from
         same_job_error_pct=ONE_RUN_SAME_JOB_ERROR_PCT if one_factor else None,
         other_job_error_pct=ONE_RUN_OTHER_JOB_ERROR_PCT if one_factor else None,
     )

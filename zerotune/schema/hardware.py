@@ -268,8 +268,8 @@ class Calibration(_Strict):
     expected_error_method: str | None = Field(None, description="how expected_error_pct was measured")
     jobs: list[str] = Field(
         default_factory=list,
-        description="the kind of job each run calibrated on was (zerotune.catalog.trust.job_kind: model, stage, "
-        "offload, checkpointing); set by calibrate --from-log/--measured",
+        description="the kind of job of each run the last calibrate --from-log/--measured fitted "
+        "(zerotune.catalog.trust.job_kind: model, stage, offload, checkpointing)",
     )
     same_job_error_pct: float | None = Field(
         None, description="step-time error expected for a job of one of `jobs`' kinds (one-run calibrations)"
