@@ -2,6 +2,9 @@
 
     .venv/bin/python scripts/evidence/calibrate_from_log.py              # published sources
     .venv/bin/python scripts/evidence/calibrate_from_log.py --json       # one JSON document
+    .venv/bin/python scripts/evidence/calibrate_from_log.py --runs       # and each run: why its source misses
+    .venv/bin/python scripts/evidence/calibrate_from_log.py --markdown   # the per-source and per-regime tables of docs/accuracy.md
+    .venv/bin/python scripts/evidence/calibrate_from_log.py --write      # also data/evidence/calibrate_from_log.json
 
 Published part: data/published/runs.yaml holds sources that give several runs of one machine (same
 URL, same box, same GPU count). For every such source and every run of it in turn, that run is the
@@ -11,6 +14,12 @@ the CLI calls), starting from the profile the published suite predicts with (scr
 published.py run_hardware); the calibrated profile then predicts the source's other runs. Reported per
 source and overall: throughput MAPE before (the suite's own prediction) and after, and memory MAPE
 where the source gives max_allocated. Goal (issue 22): <= 10% throughput, <= 5% memory.
+
+`--runs` adds each run of every source: measured over predicted step time (one run's fit carries its
+ratio to the others, so a source whose ratios differ cannot be predicted from one run), the predicted
+step's parts (compute, exposed communication, optimizer + offload, fixed overhead), and the peak's signed
+error with the counter the source read (one run's gap is not applied: the spread of these errors within a
+source is what one run cannot identify).
 
 The CPU part (on this machine: calibrate from the log of one `zerotune bench` run, predict the held-out
 grid, next to `zerotune calibrate`'s own held-out MAPE) is a column of every round of
@@ -39,11 +48,15 @@ from published import (  # noqa: E402
     run_workload,
 )
 
-from zerotune.calibrate.from_log import fit_logs  # noqa: E402
+from zerotune.calibrate.from_log import fit_logs, observation_kind  # noqa: E402
 from zerotune.calibrate.observation import Observation, predict, predict_peak  # noqa: E402
 from zerotune.diagnose.measure import Figure, Measured  # noqa: E402
 from zerotune.dsconfig.settings import resolve  # noqa: E402
+from zerotune.files import write_atomic  # noqa: E402
 
+OUT = REPO / "data" / "evidence" / "calibrate_from_log.json"
+"""The overall, per-regime and per-source figures (not the pairs): what zerotune/calibrate/from_log.py's
+ONE_RUN_*_ERROR_PCT state (tests/unit/test_calibrate_from_log.py checks them against it)."""
 TPUT_GOAL_PCT = 10.0
 MEMORY_GOAL_PCT = 5.0
 
@@ -65,6 +78,27 @@ def observation(run: Any) -> tuple[Observation, Any] | None:
     return Observation(run.id, spec, workload, resolved.zero, measured), run_hardware(run, spec, resolved.precision)
 
 
+def differs(cal: Observation, held: Observation) -> str:
+    """How the predicted run's job differs from the calibration run's, in the things that change the
+    step's mix of costs (zerotune.catalog.trust.job_kind, by which a one-run profile states its error):
+    the model first, then the ZeRO stage, offload, activation checkpointing."""
+    if observation_kind(cal) == observation_kind(held):
+        return "same"
+    if cal.spec.name != held.spec.name:
+        return "model"
+    if cal.zero.stage != held.zero.stage:
+        return "stage"
+    offload = lambda o: (o.zero.offload_optimizer.device, o.zero.offload_param.device)  # noqa: E731
+    if offload(cal) != offload(held):
+        return "offload"
+    return "checkpointing"
+
+
+REGIMES = ("same", "stage", "offload", "checkpointing", "model")
+"""The rows of the per-regime table: `same` = the same model, stage, offload and checkpointing (batch,
+sequence length, accumulation or knobs differ)."""
+
+
 def _ape(pred: float, meas: float) -> float:
     return abs(pred / meas - 1) * 100
 
@@ -80,7 +114,7 @@ def source_rows(runs: list[Any]) -> dict[str, Any] | None:
         for j, (held, held_base) in enumerate(obs):
             if i == j:
                 continue
-            row: dict[str, Any] = {"calibrated_on": cal.label, "predicted": held.label}
+            row: dict[str, Any] = {"calibrated_on": cal.label, "predicted": held.label, "differs": differs(cal, held)}
             step = held.step()
             if step is not None and cal.step() is not None:
                 row["tput_before_pct"] = _ape(predict(held, held_base).step_time_s, step.value)
@@ -91,6 +125,24 @@ def source_rows(runs: list[Any]) -> dict[str, Any] | None:
                 row["mem_before_pct"] = _ape(predict_peak(held, held_base), mem.value)
                 row["mem_after_pct"] = _ape(predict_peak(held, fitted), mem.value)
             pairs.append(row)
+    runs_rows = []
+    for held, held_base in obs:
+        est = predict(held, held_base)
+        step, mem = held.step(), held.measured.peak_bytes
+        runs_rows.append(
+            {
+                "run": held.label,
+                "measured_over_predicted": step.value / est.step_time_s if step is not None else None,
+                "parts_s": {
+                    "compute": est.compute_s,
+                    "exposed_comm": est.exposed_comm_s,
+                    "optimizer_offload": est.optimizer_s + est.offload_s,
+                    "overhead": est.overhead_s,
+                },
+                "memory_kind": held.measured.peak_kind if mem is not None else None,
+                "mem_error_pct": (predict_peak(held, held_base) / mem.value - 1) * 100 if mem is not None else None,
+            }
+        )
     # several logs combine: calibrate on all the other runs of the source, predict the one left out
     rest_rows: list[dict[str, Any]] = []
     for j, (held, held_base) in enumerate(obs):
@@ -106,7 +158,7 @@ def source_rows(runs: list[Any]) -> dict[str, Any] | None:
             row["mem_before_pct"] = _ape(predict_peak(held, held_base), mem.value)
             row["mem_after_pct"] = _ape(predict_peak(held, fitted), mem.value)
         rest_rows.append(row)
-    return {"runs": len(obs), "pairs": pairs, "rest": rest_rows}
+    return {"runs": len(obs), "pairs": pairs, "rest": rest_rows, "run_rows": runs_rows}
 
 
 def _mean(rows: list[dict[str, Any]], key: str, kind: str | None = None) -> float | None:
@@ -132,6 +184,7 @@ def published_part() -> dict[str, Any]:
                 "runs": found["runs"],
                 "pairs": pairs,
                 "rest": found["rest"],
+                "run_rows": found["run_rows"],
                 "tput_before_pct": _mean(pairs, "tput_before_pct"),
                 "tput_after_pct": _mean(pairs, "tput_after_pct"),
                 "mem_before_pct": _mean(pairs, "mem_before_pct", "max_allocated"),
@@ -151,6 +204,9 @@ def published_part() -> dict[str, Any]:
     overall = {
         "sources": len(sources),
         "pairs": len(every),
+        "tput_pairs": sum("tput_after_pct" in p for p in every),
+        "tput_sources": sum(s["tput_after_pct"] is not None for s in sources),
+        "mem_pairs": sum(p.get("memory_kind") == "max_allocated" and "mem_after_pct" in p for p in every),
         "tput_before_pct": _mean(every, "tput_before_pct"),
         "tput_after_pct": _mean(every, "tput_after_pct"),
         "tput_after_median_pct": statistics.median([p["tput_after_pct"] for p in every if "tput_after_pct" in p]),
@@ -162,7 +218,23 @@ def published_part() -> dict[str, Any]:
         "rest_mem_before_pct": _mean(rest, "mem_before_pct", "max_allocated"),
         "rest_mem_after_pct": _mean(rest, "mem_after_pct", "max_allocated"),
     }
-    return {"sources": sources, "overall": overall}
+    by_regime = {}
+    for regime in REGIMES:
+        rows = [p for p in every if p["differs"] == regime and "tput_after_pct" in p]
+        if rows:
+            by_regime[regime] = {
+                "pairs": len(rows),
+                "sources": sum(any(p["differs"] == regime and "tput_after_pct" in p for p in s["pairs"]) for s in sources),
+                "tput_before_pct": _mean(rows, "tput_before_pct"),
+                "tput_after_pct": _mean(rows, "tput_after_pct"),
+                "tput_after_median_pct": statistics.median(r["tput_after_pct"] for r in rows),
+            }
+    other = [p for p in every if p["differs"] != "same" and "tput_after_pct" in p]
+    overall["tput_after_same_job_pct"] = by_regime["same"]["tput_after_pct"] if "same" in by_regime else None
+    overall["tput_before_other_job_pct"] = _mean(other, "tput_before_pct")
+    overall["tput_after_other_job_pct"] = _mean(other, "tput_after_pct")
+    overall["other_job_pairs"] = len(other)
+    return {"sources": sources, "overall": overall, "by_regime": by_regime}
 
 
 def _f(value: float | None) -> str:
@@ -181,10 +253,11 @@ def print_table(doc: dict[str, Any]) -> None:
         )
     o = doc["overall"]
     print(
-        f"overall: {o['sources']} sources, {o['pairs']} (calibration run, predicted run) pairs; throughput MAPE "
+        f"overall: {o['sources']} sources, {o['pairs']} (calibration run, predicted run) pairs; throughput MAPE over "
+        f"{o['tput_pairs']} pairs of {o['tput_sources']} sources "
         f"{_f(o['tput_before_pct'])} -> {_f(o['tput_after_pct'])} (median {_f(o['tput_after_median_pct'])}, "
         f"per-source mean {_f(o['tput_after_per_source_pct'])}; goal <= {TPUT_GOAL_PCT:.0f}%); memory "
-        f"(max_allocated) {_f(o['mem_before_pct'])} -> {_f(o['mem_after_pct'])} (goal <= {MEMORY_GOAL_PCT:.0f}%)"
+        f"(max_allocated, {o['mem_pairs']} pairs) {_f(o['mem_before_pct'])} -> {_f(o['mem_after_pct'])} (goal <= {MEMORY_GOAL_PCT:.0f}%)"
     )
     print(
         f"several logs (all other runs of the source): throughput MAPE {_f(o['rest_tput_after_pct'])} (median "
@@ -193,15 +266,92 @@ def print_table(doc: dict[str, Any]) -> None:
     )
 
 
+def print_regimes(doc: dict[str, Any]) -> None:
+    print("\none run's calibration by how the predicted run's job differs from the calibration run's:")
+    print(f"{'differs in':16} {'pairs':>5} {'sources':>7}  tput before  after  (median)")
+    for regime, r in doc["by_regime"].items():
+        name = "nothing" if regime == "same" else regime
+        print(
+            f"{name:16} {r['pairs']:5d} {r['sources']:7d}  {_f(r['tput_before_pct'])} {_f(r['tput_after_pct'])}"
+            f" ({_f(r['tput_after_median_pct']).strip()})"
+        )
+    o = doc["overall"]
+    print(
+        f"same model, stage, offload and checkpointing: {_f(o['tput_after_same_job_pct']).strip()}; any of them "
+        f"differs ({o['other_job_pairs']} pairs): {_f(o['tput_before_other_job_pct']).strip()} -> "
+        f"{_f(o['tput_after_other_job_pct']).strip()} (zerotune/calibrate/from_log.py states these for one run)"
+    )
+
+
+def _short(url: str) -> str:
+    """A source's URL as a table cell: the repository and the last folders of the file (or the issue)."""
+    parts = url.replace("https://github.com/", "").replace("https://gist.github.com/", "gist ").split("/")
+    if "issues" in parts:
+        return f"{parts[1]}#{parts[-1]}"
+    if "blob" not in parts:
+        return "/".join(parts)[:28]
+    path = parts[parts.index("blob") + 2 :]
+    if path[-1].endswith(".png"):  # DeepSpeedExamples' DeepCompile charts: the chart and its run folder
+        return f"{parts[1]} {path[-1].removeprefix('chart_throughput_').removesuffix('.png')} ({path[-3]})"
+    path = path[:-1] if path[-1] == "README.md" and len(path) > 1 else path
+    return f"{parts[0]}/{parts[1]}" if path == ["README.md"] else f"{parts[1]} {'/'.join(path[-2:])}"
+
+
+def print_markdown(doc: dict[str, Any]) -> None:
+    def cell(value: float | None) -> str:
+        return f"{value:.1f}%" if value is not None else "-"
+
+    print("| source | profile | GPUs | runs | throughput: suite | one run | all others | max_allocated: suite / one run / all others |")
+    print("|---|---|---|---|---|---|---|---|")
+    for s in doc["sources"]:
+        mem = " / ".join(cell(s[k]) for k in ("mem_before_pct", "mem_after_pct", "rest_mem_after_pct"))
+        print(
+            f"| {_short(s['source'])} | {s['profile']} | {s['world']} | {s['runs']} | {cell(s['tput_before_pct'])} | "
+            f"{cell(s['tput_after_pct'])} | {cell(s['rest_tput_after_pct'])} | {mem if s['mem_before_pct'] is not None else '-'} |"
+        )
+    print("\n| the predicted run's job differs in | pairs | sources | suite | calibrated on one run (median) |")
+    print("|---|---|---|---|---|")
+    for regime, r in doc["by_regime"].items():
+        name = "nothing (same model, stage, offload, checkpointing)" if regime == "same" else regime
+        print(
+            f"| {name} | {r['pairs']} | {r['sources']} | {cell(r['tput_before_pct'])} | {cell(r['tput_after_pct'])} "
+            f"({cell(r['tput_after_median_pct'])}) |"
+        )
+
+
+def print_runs(doc: dict[str, Any]) -> None:
+    print("\neach run, before calibration: measured / predicted step time, the predicted step's parts, the peak's error")
+    for s in doc["sources"]:
+        print(f"{s['source'].replace('https://github.com/', '')[-90:]} ({s['profile']}, {s['world']} GPUs)")
+        for r in s["run_rows"]:
+            ratio = r["measured_over_predicted"]
+            parts = "  ".join(f"{k} {v:7.3f}" for k, v in r["parts_s"].items())
+            mem = f"  peak {r['mem_error_pct']:+6.1f}% {r['memory_kind']}" if r["mem_error_pct"] is not None else ""
+            print(f"  {r['run'][:62]:62} {'x' + format(ratio, '.2f') if ratio else '    -':>6}  {parts}{mem}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--runs", action="store_true", help="each run: its measured/predicted ratio, parts, peak error")
+    parser.add_argument("--markdown", action="store_true", help="the per-source and per-regime tables as markdown")
+    parser.add_argument("--write", action="store_true", help=f"also write {OUT.relative_to(REPO)}")
     args = parser.parse_args(argv)
     doc: dict[str, Any] = {"published": published_part()}
+    if args.write:
+        found = doc["published"]
+        sources = [{k: v for k, v in s.items() if k not in ("pairs", "rest", "run_rows")} for s in found["sources"]]
+        record = {"overall": found["overall"], "by_regime": found["by_regime"], "sources": sources}
+        write_atomic(OUT, json.dumps(record, indent=1) + "\n", force=True)
     if args.json:
         print(json.dumps(doc, indent=1))
+    elif args.markdown:
+        print_markdown(doc["published"])
     else:
         print_table(doc["published"])
+        print_regimes(doc["published"])
+        if args.runs:
+            print_runs(doc["published"])
     return 0
 
 

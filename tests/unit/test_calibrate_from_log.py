@@ -144,6 +144,25 @@ def test_a_run_far_outside_the_band_is_a_finding() -> None:
     assert len(found.findings) == 1 and "slow.log" in found.findings[0] and "slow node" in found.findings[0]
 
 
+def test_a_later_log_is_checked_against_the_band_of_its_kind_of_job() -> None:
+    """A profile calibrated on one run, then a second log: a run of the first run's kind 20% off is
+    outside that kind's band (a finding), a run of another stage 20% off is inside the other kinds' one."""
+    from zerotune.calibrate.from_log import ONE_RUN_OTHER_JOB_ERROR_PCT, ONE_RUN_SAME_JOB_ERROR_PCT
+
+    assert ONE_RUN_SAME_JOB_ERROR_PCT < 20 < ONE_RUN_OTHER_JOB_ERROR_PCT
+    base = load_profile("dgx-h100")
+    first = _obs(2, Measured(step_s=Figure(predict(_obs(2, Measured()), base).step_time_s, "log:7")), "a.log")
+    one = fit_logs([first], base).profile
+
+    def later(stage: int) -> list[str]:
+        step = predict(_obs(4, Measured(), stage=stage), one).step_time_s * 1.2
+        return fit_logs([_obs(4, Measured(step_s=Figure(step, "log:9")), "b.log", stage=stage)], one).findings
+
+    same = later(3)
+    assert len(same) == 1 and "b.log" in same[0] and f"+-{ONE_RUN_SAME_JOB_ERROR_PCT:.0f}%" in same[0]
+    assert later(2) == []
+
+
 def test_memory_slack_needs_runs_that_agree() -> None:
     base = load_profile("dgx-h100")
     runs = [_obs(m, Measured()) for m in (1, 2, 4)]
@@ -294,12 +313,69 @@ def test_predict_and_recommend_quote_the_calibrations_error_not_the_published_ba
     config = tmp_path / "ds.json"
     config.write_text(json.dumps({"train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 3},
                                   "bf16": {"enabled": True}}))  # fmt: skip
+    # the job predicted knows its kind: the run's kind (llama-7b, stage 3, no offload, checkpointing: the
+    # default of predict and of Workload) gets the one-run error of that regime, another stage the other's
+    cal = fitted.calibration
     said = json.loads(cli("predict", *job, "--config", config, "--json").stdout)["expected_error"]
-    assert said["throughput"] == pytest.approx(stated / 100) and "your run" in said["throughput_from"]
+    assert said["throughput"] == pytest.approx(cal.same_job_error_pct / 100) and "your run" in said["throughput_from"]
+    assert "this job of its kind" in said["throughput_from"]
     text = cli("predict", *job, "--config", config).stdout
     assert "from this profile's calibration on your run(s)" in " ".join(text.split())
+    stage2 = tmp_path / "ds2.json"
+    stage2.write_text(config.read_text().replace('"stage": 3', '"stage": 2'))
+    other = json.loads(cli("predict", *job, "--config", stage2, "--json").stdout)["expected_error"]
+    assert other["throughput"] == pytest.approx(cal.other_job_error_pct / 100)
+    assert "of another kind of job (llama-7b, stage 3" in other["throughput_from"]
     rec = json.loads(cli("recommend", *job, "--json").stdout)["expected_error"]
-    assert rec["throughput"] == pytest.approx(stated / 100) and "your run" in rec["throughput_from"]
+    assert rec["throughput"] * 100 in (pytest.approx(cal.same_job_error_pct), pytest.approx(cal.other_job_error_pct))
+    assert "your run" in rec["throughput_from"]
+
+
+def test_one_run_states_its_error_by_the_kind_of_job_predicted() -> None:
+    """One run's calibration carries to jobs of its kind (model, stage, offload, checkpointing), not across
+    kinds (scripts/evidence/calibrate_from_log.py): the profile records the run's kind and both errors;
+    several runs state their leave-one-out error whatever the job, and so does one run whose timers were
+    fitted term by term (the regimes were measured on throughput figures: one factor on every time)."""
+    from zerotune.calibrate.from_log import (
+        ONE_RUN_ERROR_PCT,
+        ONE_RUN_OTHER_JOB_ERROR_PCT,
+        ONE_RUN_SAME_JOB_ERROR_PCT,
+    )
+    from zerotune.catalog.trust import from_your_runs, job_kind
+
+    assert ONE_RUN_SAME_JOB_ERROR_PCT < ONE_RUN_ERROR_PCT < ONE_RUN_OTHER_JOB_ERROR_PCT
+    # what they state is the recorded evidence (scripts/evidence/calibrate_from_log.py --write)
+    recorded = json.loads((Path(__file__).resolve().parents[2] / "data" / "evidence" / "calibrate_from_log.json").read_text())
+    assert abs(ONE_RUN_ERROR_PCT - recorded["overall"]["tput_after_pct"]) <= 0.5
+    assert abs(ONE_RUN_SAME_JOB_ERROR_PCT - recorded["overall"]["tput_after_same_job_pct"]) <= 0.5
+    assert abs(ONE_RUN_OTHER_JOB_ERROR_PCT - recorded["overall"]["tput_after_other_job_pct"]) <= 0.5
+    base = load_profile("dgx-h100")
+    step = predict(_obs(2, Measured()), base).step_time_s * 1.2
+    one = fit_logs([_obs(2, Measured(step_s=Figure(step, "log:7")), "a.log")], base).profile
+    same = job_kind("llama-7b", 3, "none", "none", True)  # Workload checkpoints activations by default
+    assert one.calibration.jobs == [same]
+    assert one.calibration.expected_error_pct == ONE_RUN_ERROR_PCT  # a caller that does not know the job
+    assert from_your_runs(one)[0] == ONE_RUN_ERROR_PCT
+    assert from_your_runs(one, same)[0] == ONE_RUN_SAME_JOB_ERROR_PCT
+    for other in (
+        job_kind("llama-7b", 2, "none", "none", True),
+        job_kind("llama-7b", 3, "cpu", "none", True),
+        job_kind("llama-7b", 3, "none", "none", False),
+        job_kind("llama-13b", 3, "none", "none", True),
+    ):
+        assert from_your_runs(one, other)[0] == ONE_RUN_OTHER_JOB_ERROR_PCT
+    # offload DeepSpeed ignores is not a different job: stage 0 has no optimizer offload, stage 2 no param offload
+    assert job_kind("m", 0, "cpu", "cpu", False) == job_kind("m", 0, "none", "none", False)
+    assert job_kind("m", 2, "cpu", "cpu", False) == job_kind("m", 2, "cpu", "none", False)
+    runs = [_obs(m, Measured(step_s=Figure(predict(_obs(m, Measured()), base).step_time_s * 1.2, "log:7")), f"{m}.log")
+            for m in (1, 2, 4)]  # fmt: skip
+    several = fit_logs(runs, base).profile.calibration
+    assert several.same_job_error_pct is None and several.other_job_error_pct is None
+    timed = Measured(step_s=Figure(step, "log:7"), compute_s=Figure(step / 2, "log:7"))  # timers: term by term
+    assert fit_logs([_obs(2, timed, "t.log")], base).profile.calibration.same_job_error_pct is None
+    assert from_your_runs(fit_logs(runs, base).profile, job_kind("llama-7b", 1, "none", "none", True))[0] == (
+        several.expected_error_pct
+    )
 
 
 def test_timers_put_the_left_over_on_the_fixed_cost_not_on_every_time() -> None:

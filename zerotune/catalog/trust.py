@@ -26,22 +26,44 @@ of every published source predicted leave-one-source-out (scripts/evidence/loso.
 (zerotune/model/band.py)."""
 
 
-def from_your_runs(profile: HardwareProfile) -> tuple[float, str] | None:
+def job_kind(model: str, stage: int, offload_optimizer: str, offload_param: str, checkpointing: bool) -> str:
+    """What sets a step's mix of costs (compute, communication, the optimizer on GPU or CPU, fixed costs):
+    the model, the ZeRO stage, offload and activation checkpointing. A calibration on one run carries
+    to jobs of its kind (other batch, sequence length, accumulation, buckets), not across kinds
+    (scripts/evidence/calibrate_from_log.py: ONE_RUN_SAME_JOB_ERROR_PCT against ONE_RUN_OTHER_JOB_ERROR_PCT
+    in zerotune/calibrate/from_log.py). Offload only counts where DeepSpeed uses it (stage >= 1 for the
+    optimizer, stage 3 for parameters)."""
+    opt = offload_optimizer if stage >= 1 else "none"
+    param = offload_param if stage == 3 else "none"
+    return (
+        f"{model}, stage {stage}, offload optimizer {opt}, offload param {param}, "
+        f"checkpointing {'on' if checkpointing else 'off'}"
+    )
+
+
+def from_your_runs(profile: HardwareProfile, job: str | None = None) -> tuple[float, str] | None:
     """(expected step-time error in percent, how it was measured) when the profile's step-time numbers
     were fitted on the user's own runs (`calibrate --from-log`/`--measured`: each such value names its
-    run), else None."""
+    run), else None. With `job` (job_kind of the job predicted) a one-run calibration states the error of
+    its regime: a job of a kind it ran, or another kind."""
     cal = profile.calibration
     if cal is None or cal.expected_error_pct is None or not any(v.source for v in cal.values):
         return None
-    return cal.expected_error_pct, cal.expected_error_method or "calibrate --from-log"
+    method = cal.expected_error_method or "calibrate --from-log"
+    if job is not None and cal.jobs and cal.same_job_error_pct is not None and cal.other_job_error_pct is not None:
+        evidence = "one-run calibrations of published sources, scripts/evidence/calibrate_from_log.py"
+        if job in cal.jobs:
+            return cal.same_job_error_pct, f"one run, this job of its kind: {evidence}"
+        return cal.other_job_error_pct, f"one run of another kind of job ({cal.jobs[0]}): {evidence}"
+    return cal.expected_error_pct, method
 
 
-def expected_error(profile: HardwareProfile) -> tuple[float, str] | None:
+def expected_error(profile: HardwareProfile, job: str | None = None) -> tuple[float, str] | None:
     """(expected step-time error in percent, how it is known) of predictions from this profile: the
-    calibration's own (its self-check, or for one on the user's runs its stated error), else the
-    probe-only or catalog error of the evidence suites; None for a calibration made before the
-    self-check existed."""
-    if (yours := from_your_runs(profile)) is not None:
+    calibration's own (its self-check, or for one on the user's runs its stated error, for `job`'s
+    kind where it is given), else the probe-only or catalog error of the evidence suites; None for a
+    calibration made before the self-check existed."""
+    if (yours := from_your_runs(profile, job)) is not None:
         return yours[0], "calibrated on your run(s)"
     if profile.calibration is not None:
         pct = profile.calibration.expected_error_pct
@@ -51,13 +73,15 @@ def expected_error(profile: HardwareProfile) -> tuple[float, str] | None:
     return CATALOG_ERROR_PCT, "catalog profile, leave-one-source-out: scripts/evidence/loso.py"
 
 
-def quoted_error(profile: HardwareProfile, band: Band | None) -> tuple[str | None, dict[str, object] | None]:
+def quoted_error(
+    profile: HardwareProfile, band: Band | None, job: str | None = None
+) -> tuple[str | None, dict[str, object] | None]:
     """The expected error predict and recommend quote (a line, and the --json `expected_error`): the
     published band of the job's category (zerotune/model/band.py), except that a profile whose
     step-time numbers come from the user's own runs quotes its calibration's step-time error instead:
     those numbers are the run's, not the published runs' (the band's memory part stays, said as such:
-    no run states a memory error)."""
-    yours = from_your_runs(profile)
+    no run states a memory error). `job`: the predicted job's job_kind, for a one-run calibration's regime."""
+    yours = from_your_runs(profile, job)
     if yours is None:
         return (band.line(), band.as_dict()) if band else (None, None)
     pct, method = yours

@@ -105,12 +105,15 @@ def command(
         err.print(f"note: {notice}", markup=False)
     for line in [*job.warnings, *(f"DeepSpeed would reject this config: {r}" for r in rejected)]:
         err.print(f"warning: {line}", markup=False)
-    from zerotune.catalog.trust import quoted_error
+    from zerotune.catalog.trust import job_kind, quoted_error
     from zerotune.model.band import job_band
 
     z = job.resolved.zero
     band = job_band(job.spec, job.workload, z.offload_optimizer.device != "none" or z.offload_param.device != "none")
-    quoted = quoted_error(job.hardware, band)
+    kind = job_kind(
+        job.spec.name, z.stage, z.offload_optimizer.device, z.offload_param.device, job.workload.activation_checkpointing
+    )
+    quoted = quoted_error(job.hardware, band, kind)
     if json_out:
         doc = render.payload(job, memory, estimate, verdict) | {"deepspeed_rejects": rejected}
         doc["expected_error"] = quoted[1]

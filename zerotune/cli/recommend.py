@@ -131,12 +131,13 @@ def command(
 
         rec, measured = measure_top(rec, measure, say=lambda m: err.print(m, style="dim", markup=False))
     files = write_outputs(rec, outputs, model, job.profile_ref)
-    from zerotune.catalog.trust import quoted_error
+    from zerotune.catalog.trust import job_kind, quoted_error
     from zerotune.model.band import job_band
 
     c = rec.as_run.candidate
     band = job_band(job.spec, rec.result.workload.model_copy(update={"seq_len": job.request.seq_len}), c.offload_optimizer != "none" or c.offload_param != "none")  # fmt: skip
-    quoted = quoted_error(job.hardware, band)
+    kind = job_kind(job.spec.name, c.stage, c.offload_optimizer, c.offload_param, c.checkpointing)
+    quoted = quoted_error(job.hardware, band, kind)
     if json_out:
         doc = to_json(rec, files=files, measured=measured)
         doc["expected_error"] = quoted[1]

@@ -266,6 +266,17 @@ class Calibration(_Strict):
         "from the calibration's own self-check (zerotune/calibrate/check.py); null = not checked",
     )
     expected_error_method: str | None = Field(None, description="how expected_error_pct was measured")
+    jobs: list[str] = Field(
+        default_factory=list,
+        description="the kind of job of each run the last calibrate --from-log/--measured fitted "
+        "(zerotune.catalog.trust.job_kind: model, stage, offload, checkpointing)",
+    )
+    same_job_error_pct: float | None = Field(
+        None, description="step-time error expected for a job of one of `jobs`' kinds (one-run calibrations)"
+    )
+    other_job_error_pct: float | None = Field(
+        None, description="step-time error expected for a job of another kind (one-run calibrations)"
+    )
 
     def calibrated_paths(self) -> set[str]:
         return {value.path for value in self.values}
