@@ -90,6 +90,9 @@ class CalibrateOptions:
     repeats: int = 1
     """Measure the whole design this many times (interleaved rounds); the fit uses every attempt."""
     budget_s: float = BUDGET_S
+    complete: bool = False
+    """Measure every design run even when the load refusal is already certain (`--force-cache`: the
+    profile will be cached whatever the self-check says, so it must be fitted on the whole design)."""
 
 
 @dataclass
@@ -282,7 +285,7 @@ def calibrate(options: CalibrateOptions, say: Say = lambda _: None) -> Outcome:
                 notes.append(f"{run.name}: {why}; not measured again (time budget {options.budget_s:g} s)")
             runs.append(record)
             names.append(run.name)
-            if load_decided(runs, total, n_cores) and i < total:
+            if not options.complete and load_decided(runs, total, n_cores) and i < total:
                 # the refusal for load is certain (check.py): the runs left would only make it later
                 notes.append(
                     f"stopped after {i} of {total} runs: more than half were taken under load, so the "

@@ -54,7 +54,7 @@ def command(
     ] = 1,
     force_cache: Annotated[
         bool,
-        typer.Option("--force-cache", help="Cache the profile even when the self-check says it should not be."),
+        typer.Option("--force-cache", help="Cache the profile even when the self-check says it should not be (every design run is measured, load or not)."),
     ] = False,
     distributed: Distributed = False,
     fault: Fault = None,
@@ -91,6 +91,7 @@ def command(
         from_runs=from_runs,
         fault=o.fault_json(fault),
         repeats=repeats,
+        complete=force_cache,
     )
     run(
         options,
