@@ -69,8 +69,8 @@ SIMD_FACTOR = {"avx512": 1.0, "avx2": 0.5}
 CPU_ADAM_ONE_THREAD = 536.9e6 / 1.93
 """Optimizer-offload Adam updates/s of ONE thread when no rank shares it (AVX-512 host): the published
 microbenchmark of a CPU-offloaded fp32 AdamW step on an 8xH100 node's host, 1 rank on 1 thread, 512 tensors
-of 1Mi elements (536.9M) in 1.93 s (ISEEKYAN/Megatron-LM#188, 2026-08-25; 2 threads 1.81 s: the step is
-bound by one core's memory stream, not its arithmetic). Not DeepSpeedCPUAdam: its fused loop streams fewer
+of 1Mi elements (536.9M) in 1.93 s (ISEEKYAN/Megatron-LM#188, 2026-08-25; a second thread gains 6%, 1.81 s:
+one core's arithmetic is not what bounds it). Not DeepSpeedCPUAdam: its fused loop streams fewer
 bytes per element, while a stage-3 offload step on the same thread also norms, unscales and converts the
 partition, so it is the same order. A lone thread does not share the node's memory bandwidth, so it runs
 ~8x the per-core anchor above (that anchor's 48 cores ran at once)."""
