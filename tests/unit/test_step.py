@@ -335,6 +335,25 @@ def test_one_openmp_thread_per_rank_runs_cpu_adam_at_one_threads_rate():
     assert many.optimizer_s == pytest.approx(shared.optimizer_s, rel=1e-6)
 
 
+def test_an_unfitted_thread_rate_is_the_published_one_thread_rate():
+    """With no fitted `cpu_adam_thread_params_per_s`, a one-thread rank runs at the published one-thread
+    offloaded AdamW rate (ISEEKYAN/Megatron-LM#188: 536.9M elements in 1.93 s on one thread of an H100
+    node's host), not at one core's share of a fully loaded node, which is ~8x slower; and that cited rate
+    agrees within 1.5x with the global prior's, fitted on DeepCompile's one-thread runs alone."""
+    from zerotune.model.offload import CPU_ADAM_ONE_THREAD, CPU_ADAM_PER_CORE_AVX512
+    from zerotune.model.overheads import GLOBAL_PRIOR
+
+    model = load_model("megatron-gpt2-1.5b")
+    h100 = load_profile("dgx-h100")
+    h100 = h100.model_copy(update={"overheads": h100.overheads.model_copy(update={"cpu_adam_thread_params_per_s": None})})
+    z = ZeroSettings(stage=2, offload_optimizer={"device": "cpu"})
+    one = predict_step(model, wl(gpus_per_node=8, omp_threads=1), z, h100, detail=True)
+    assert one.optimizer_s == pytest.approx(model.params / 8 / CPU_ADAM_ONE_THREAD, rel=1e-6)
+    assert any("published one-thread" in n for n in one.notes)
+    assert CPU_ADAM_ONE_THREAD > 5 * CPU_ADAM_PER_CORE_AVX512
+    assert 1 / 1.5 < CPU_ADAM_ONE_THREAD / GLOBAL_PRIOR.cpu_adam_thread_params_per_s < 1.5
+
+
 def test_a_fallback_cpu_adam_rate_says_how_far_off_it_may_be():
     """Where the profile measured no CPU Adam rate, the estimate names the fallback and the published
     range around it (zerotune/model/offload.py CPU_ADAM_PUBLISHED_RANGE); with a sourced rate it does not."""

@@ -66,6 +66,15 @@ run timed a single rank; the model keeps the DGX-class anchor and says the host 
 
 SIMD_FACTOR = {"avx512": 1.0, "avx2": 0.5}
 
+CPU_ADAM_ONE_THREAD = 536.9e6 / 1.93
+"""Optimizer-offload Adam updates/s of ONE thread when no rank shares it (AVX-512 host): the published
+microbenchmark of a CPU-offloaded fp32 AdamW step on an 8xH100 node's host, 1 rank on 1 thread, 512 tensors
+of 1Mi elements (536.9M) in 1.93 s (ISEEKYAN/Megatron-LM#188, 2026-08-25; a second thread gains 6%, 1.81 s:
+one core's arithmetic is not what bounds it). Not DeepSpeedCPUAdam: its fused loop streams fewer
+bytes per element, while a stage-3 offload step on the same thread also norms, unscales and converts the
+partition, so it is the same order. A lone thread does not share the node's memory bandwidth, so it runs
+~8x the per-core anchor above (that anchor's 48 cores ran at once)."""
+
 _AVX512 = ("xeon platinum", "xeon gold", "xeon silver", "xeon bronze", "xeon w-", "epyc 9")
 """CPU model names with AVX-512: Xeon Scalable (Skylake-SP and later: Intel ARK), AMD EPYC 9004/9005
 (Zen 4/5). Other Xeons (E5/E7 v1-v4) and EPYC 7002/7003 (Zen 2/3) stop at AVX2."""
@@ -166,9 +175,8 @@ def cpu_adam_rate(s: StepSetup) -> float:
 def thread_cpu_adam(hardware: HardwareProfile) -> tuple[float, str]:
     """CPU Adam params/s of ONE OpenMP thread, and where it comes from: the profile's or the global
     prior's `overheads.cpu_adam_thread_params_per_s` (fitted on the published runs that ran one thread
-    per rank, scripts/evidence/fit_published.py), else one core's share of the per-core anchor at the
-    host's SIMD width, a lower bound: the anchor's cores shared the node's memory bandwidth, a lone
-    thread does not."""
+    per rank, scripts/evidence/fit_published.py), else the published one-thread rate (CPU_ADAM_ONE_THREAD)
+    at the host's SIMD width."""
     fitted = hardware.overheads.cpu_adam_thread_params_per_s
     if fitted:
         return fitted, "fitted"
@@ -178,7 +186,7 @@ def thread_cpu_adam(hardware: HardwareProfile) -> tuple[float, str]:
         ref = reference_host(hardware.gpu.name)
         model = ref[0] if ref else None
     simd = _simd(model)
-    return CPU_ADAM_PER_CORE_AVX512 * SIMD_FACTOR[simd], f"one core's share of the per-core anchor ({simd.upper()})"
+    return CPU_ADAM_ONE_THREAD * SIMD_FACTOR[simd], f"the published one-thread offloaded AdamW rate ({simd.upper()})"
 
 
 def node_cpu_adam(hardware: HardwareProfile) -> tuple[float, str]:

@@ -129,8 +129,8 @@ per-expert MoE loop was costed as one dense block's launches; with its kernels c
 a grid allowed up to 3.2 ms still fits 1.6 ms in sample (an interior optimum), and finer grids only make
 leave-one-source-out worse (27.8-28.5% against 27.6%), so the grid stays. `cpu_adam_thread_params_per_s`
 (2e8) is identified by one source only, DeepCompile's Llama-3-70B offload runs (accelerate launch: one
-OpenMP thread per rank); a leave-one-source-out fold without it falls back to the per-core share
-(zerotune/model/offload.py thread_cpu_adam). `per_module_hook_s` took
+OpenMP thread per rank); a leave-one-source-out fold without it falls back to the published one-thread rate, 2.8e8
+(zerotune/model/offload.py CPU_ADAM_ONE_THREAD), which predicts those runs 24-34% fast. `per_module_hook_s` took
 8e-4 while the HF MoE expert loop's host syncs were not modelled (the Mixtral rows' missing seconds
 went into the stage-3 hook); with them modelled (step.py synced_blocks) it is 2e-4."""
 
