@@ -142,8 +142,7 @@ def refit_spread(
             terms = fit_overheads(train, rates, predictor, [], start=start, bounds=bounds)
         except ValueError:
             continue
-        kept = {k: v for k, v in terms.values.items() if terms.status.get(k, "").startswith("fitted") or k in start}
-        folds.append(with_overheads(rates, kept))
+        folds.append(with_overheads(rates, terms.used(start)))
     n = len(folds)
     if n < 2:
         return 0.0

@@ -131,9 +131,7 @@ def fit(
         terms = fit_overheads(runs, rates, predictor, notes, start=start, bounds=bounds)
         status, rms = terms.status, terms.rms
         # a term the runs do not identify keeps its measured or sourced value; one with none stays unset
-        fitted = {
-            k: v for k, v in terms.values.items() if status.get(k, "").startswith("fitted") or k in start
-        }
+        fitted = terms.used(start)
     except ValueError as exc:  # the model cannot predict these runs on this profile
         fitted, rms = {}, None
         notes.append(f"overheads not fitted: the step model failed on the runs ({exc})")

@@ -54,6 +54,11 @@ class OverheadFit:
     def fitted(self) -> list[str]:
         return [name for name, how in self.status.items() if how.startswith("fitted")]
 
+    def used(self, start: dict[str, float]) -> dict[str, float]:
+        """The values a profile takes: the fitted terms, and the others at their measured or sourced
+        prior (`start`); a term with neither stays unset."""
+        return {k: v for k, v in self.values.items() if self.status.get(k, "").startswith("fitted") or k in start}
+
 
 def _run_noise(runs: list[Run]) -> float:
     """Mean squared relative standard error of the runs' medians (0 when they report none)."""
