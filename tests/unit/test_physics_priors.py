@@ -67,6 +67,18 @@ def test_flash_attention_3_runs_faster_only_on_hopper():
     assert attention_flops_rate(a100, "bf16", "flash3") == attention_flops_rate(a100, "bf16", "flash")
 
 
+def test_flash_attention_4_is_blackwells_kernel_and_flash_attention_2_is_slow_there():
+    b200, h100 = load_profile("8xb200"), load_profile("dgx-h100")
+    fa4, why = attention_flops_rate(b200, "bf16", "flash4")
+    fa2, why2 = attention_flops_rate(b200, "bf16", "flash")
+    # FA4's forward peak is 1613 TFLOP/s (arXiv 2603.05451); forward+backward sits below it
+    assert 1000e12 < fa4 < 1613e12 and "2603.05451" in why
+    # FA2 has no Blackwell kernel: ~346 TFLOP/s measured on a B200 (flash-attention#1589), a quarter of FA4
+    assert fa2 < 0.3 * fa4 and "1589" in why2
+    # on Hopper flash4 falls back to FlashAttention-3's rate
+    assert attention_flops_rate(h100, "bf16", "flash4") == attention_flops_rate(h100, "bf16", "flash3")
+
+
 def test_hf_moe_expert_loop_exposes_the_blocks_host_work():
     """The loop's .nonzero()/torch.where syncs: a block's host time adds to its kernels instead of
     hiding under them, so at small per-GPU work the loop is slower than a grouped kernel by about

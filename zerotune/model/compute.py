@@ -250,6 +250,12 @@ ATTENTION_KERNEL_FRACTION: dict[str, tuple[float, str]] = {
         "H100 SXM: FlashAttention-2 forward+backward up to 335 TFLOP/s of 989.4 dense bf16 (Dao 2023, "
         "arXiv 2307.08691, §4.1 and Fig. 7)",
     ),
+    "10.0": (
+        346 / 2250,
+        "B200: FlashAttention-2 (its sm80 kernels; it has no Blackwell path) forward+backward 259-346 TFLOP/s of "
+        "2250 dense bf16, head dim 64, sequence 512-16K (Dao-AILab/flash-attention#1589, flash_attn 2.7.4, the "
+        "repository's benchmark_flash_attention.py on a B200); the top figure",
+    ),
 }
 """Achieved/peak of the FlashAttention-2 kernel by compute capability: what flash and SDPA's flash backend
 (PyTorch SDPA dispatches to the same FlashAttention-2 kernel on sm80+) run attention at. The paper
@@ -266,6 +272,17 @@ FA3_KERNEL_FRACTION: dict[str, tuple[float, str]] = {
 }
 """Achieved/peak of FlashAttention-3 (HF `attn_implementation="flash_attention_3"`): its kernels use Hopper's
 wgmma/TMA, so only sm90 has a rate of its own; elsewhere it runs FlashAttention-2's figure."""
+
+FA4_KERNEL_FRACTION: dict[str, tuple[float, str]] = {
+    "10.0": (
+        0.71 * 63 / 73,
+        "B200: FlashAttention-4 forward up to 1613 TFLOP/s, 71% of the 2250 dense bf16 peak (Zadouri et al. 2026, "
+        "arXiv 2603.05451, abstract); the backward, 2.5 of the 3.5 forward+backward FLOPs, is not in the abstract "
+        "and is ASSUMED to keep FlashAttention-2's backward/forward ratio on A100 (63% / 73%, Dao 2023 §4.1)",
+    ),
+}
+"""Achieved/peak of FlashAttention-4 (HF `attn_implementation="flash_attention_4"`): written for Blackwell's
+tcgen05/TMEM (sm100); elsewhere it runs FlashAttention-3's figure on Hopper, else FlashAttention-2's."""
 
 CAUSAL_FRACTION = 0.5
 """Share of the s x s score and A.V products a causal flash kernel computes: the blocks above the
@@ -307,13 +324,16 @@ def eager_score_seconds(
 
 def attention_flops_rate(hardware: HardwareProfile, precision: str, attention: str) -> tuple[float, str] | None:
     """FLOP/s of the attention kernel itself (flash, SDPA), from FlashAttention-2's published figures
-    for the GPU generation (FlashAttention-3's for flash3 on Hopper); None where none is published (eager attention runs as GEMMs; older GPUs,
+    for the GPU generation (FlashAttention-3's for flash3 on Hopper, FlashAttention-4's for flash4 on Blackwell); None where none is published (eager attention runs as GEMMs; older GPUs,
     CPU hosts): the GEMM rate applies."""
     gpu = hardware.gpu
     if attention == "eager" or gpu is None or not gpu.compute_capability or precision not in ("bf16", "fp16"):
         return None
-    entry = (FA3_KERNEL_FRACTION.get(gpu.compute_capability) if attention == "flash3" else None) or (
-        ATTENTION_KERNEL_FRACTION.get(gpu.compute_capability)
+    cc = gpu.compute_capability
+    entry = (
+        (FA4_KERNEL_FRACTION.get(cc) if attention == "flash4" else None)
+        or (FA3_KERNEL_FRACTION.get(cc) if attention in ("flash3", "flash4") else None)
+        or ATTENTION_KERNEL_FRACTION.get(cc)
     )
     peak = gpu.peak_flops(precision)
     if entry is None or not peak:
