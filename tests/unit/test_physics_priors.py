@@ -61,8 +61,9 @@ def test_flash_attention_3_runs_faster_only_on_hopper():
     h100, a100 = load_profile("dgx-h100"), load_profile("dgx-a100-80g")
     fa3, why = attention_flops_rate(h100, "bf16", "flash3")
     fa2, _ = attention_flops_rate(h100, "bf16", "flash")
-    # the FA3 paper's low end: 1.5x FA2 on H100 (arXiv 2407.08608), under its 740 TFLOP/s forward peak
-    assert fa3 == pytest.approx(1.5 * fa2) and fa3 < 740e12 and "2407.08608" in why
+    # the FA3 paper's forward and backward figures (arXiv 2407.08608): inside its stated 1.5-2.0x over FA2,
+    # under its 740 TFLOP/s forward peak
+    assert 1.5 * fa2 < fa3 < 2.0 * fa2 and fa3 < 740e12 and "2407.08608" in why
     # no sm80 kernel of its own: an A100 runs flash3 at FlashAttention-2's rate
     assert attention_flops_rate(a100, "bf16", "flash3") == attention_flops_rate(a100, "bf16", "flash")
 

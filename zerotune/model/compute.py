@@ -264,10 +264,11 @@ same convention as `executed_attention_flops`."""
 
 FA3_KERNEL_FRACTION: dict[str, tuple[float, str]] = {
     "9.0": (
-        1.5 * 335 / 989.4,
-        "H100 SXM: FlashAttention-3 runs 1.5-2.0x FlashAttention-2's speed in FP16/BF16, forward up to 740 "
-        "TFLOP/s (Shah et al. 2024, arXiv 2407.08608, abstract and §4.1): the low end, 1.5 x FA2's 335 "
-        "TFLOP/s forward+backward (the backward, 2.5 of the 3.5 FLOPs, gains least)",
+        3.5 / (1 / 648 + 2.5 / 561) / 989.4,
+        "H100 SXM: FlashAttention-3 BF16 at head dim 128, sequence 16K: forward 648, backward 561 TFLOP/s (Shah et "
+        "al. 2024, arXiv 2407.08608, §4.1, Fig. 5 and 6), 583 TFLOP/s for the forward+backward mix (the backward "
+        "holds 2.5 of the 3.5 FLOPs); the same charts give FlashAttention-2 370 and 322, whose mix, 334, is the "
+        "FA2 paper's 335 above",
     ),
 }
 """Achieved/peak of FlashAttention-3 (HF `attn_implementation="flash_attention_3"`): its kernels use Hopper's
