@@ -80,6 +80,20 @@ def test_flash_attention_4_is_blackwells_kernel_and_flash_attention_2_is_slow_th
     assert attention_flops_rate(h100, "bf16", "flash4") == attention_flops_rate(h100, "bf16", "flash3")
 
 
+def test_attention_on_a_capped_sibling_keeps_its_softmax_cost():
+    """The H20 (GH100, tensor rate capped to 148 TFLOP/s, fp32 44): the kernel's matmuls slow with the tensor
+    cap, its softmax only with fp32, so FA2 there reaches a larger share of peak than on the H100; a GPU with
+    the anchor's own peaks gets the published figure unchanged."""
+    h20, h100, h200 = load_profile("8xh20"), load_profile("dgx-h100"), load_profile("h200-node")
+    on_h20, why = attention_flops_rate(h20, "bf16", "flash")
+    on_h100, _ = attention_flops_rate(h100, "bf16", "flash")
+    assert on_h100 == pytest.approx(335e12)
+    assert 0.34 * 148e12 < on_h20 < 0.801 * 148e12 and "fp32" in why
+    assert attention_flops_rate(h200, "bf16", "flash3")[0] == pytest.approx(
+        attention_flops_rate(h100, "bf16", "flash3")[0], rel=0.01
+    )
+
+
 def test_hf_moe_expert_loop_exposes_the_blocks_host_work():
     """The loop's .nonzero()/torch.where syncs: a block's host time adds to its kernels instead of
     hiding under them, so at small per-GPU work the loop is slower than a grouped kernel by about

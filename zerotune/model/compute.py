@@ -339,7 +339,42 @@ def attention_flops_rate(hardware: HardwareProfile, precision: str, attention: s
     peak = gpu.peak_flops(precision)
     if entry is None or not peak:
         return None
-    return entry[0] * peak, entry[1]
+    anchor = ATTENTION_ANCHOR_GPU[cc]
+    fp32 = gpu.peak_fp32_flops
+    if (peak, fp32) == anchor[:2] or not fp32:
+        return entry[0] * peak, entry[1]
+    rate = sibling_attention_rate(entry[0], anchor, peak, fp32)
+    return rate, (
+        f"{entry[1]}; on this GPU ({peak / 1e12:.4g} TFLOP/s tensor, {fp32 / 1e12:.3g} fp32) the kernel's matmuls run "
+        f"at its own matmul ceiling and the rest at its fp32 rate: {rate / peak:.0%} of peak"
+    )
+
+
+ATTENTION_ANCHOR_GPU: dict[str, tuple[float, float, float, str]] = {
+    "8.0": (312e12, 19.5e12, MATMUL_CEILING["A100 SXM"][0], "A100 SXM"),
+    "9.0": (989.4e12, 66.9e12, MATMUL_CEILING["H100 SXM"][0], "H100 SXM"),
+    "10.0": (2250e12, 80e12, 1745 / 2250, "B200 SXM (matmul ceiling: stas00/ml-engineering MAMF, 1745 TFLOP/s)"),
+}
+"""The GPU each attention figure above was measured on, per compute capability: (dense 16-bit tensor peak, fp32
+peak, matmul ceiling as a fraction of the tensor peak, name); peaks from the datasheets (A100: 312 / 19.5, H100
+SXM: 989.4 / 66.9, B200: 2250 / 80 TFLOP/s)."""
+
+
+def sibling_attention_rate(
+    fraction: float, anchor: tuple[float, float, float, str], peak: float, fp32: float
+) -> float:
+    """Attention kernel FLOP/s on a GPU of the anchor's compute capability but other tensor and fp32 peaks
+    (the H20: GH100 with its tensor rate capped to 148 TFLOP/s, fp32 44 against the H100's 67). A flash kernel's
+    time is its two matmuls at the tensor cores plus the softmax between them (exponentials, rescaling, masking)
+    in fp32 off the tensor cores: FlashAttention-2 §3.1 prices these non-matmul FLOPs by the fp32 rate (A100:
+    312 TFLOP/s of matmul against 19.5 of non-matmul fp32, each non-matmul FLOP 16x dearer), and
+    FlashAttention-4's 'asymmetric hardware scaling' is the same split on B200. On the anchor the matmuls run at its matmul ceiling
+    and the figure fixes the rest per FLOP (1/fraction - 1/ceiling, in anchor-peak seconds); a sibling runs the
+    matmuls at its own ceiling x peak and the rest in proportion to its fp32 rate. The anchor itself gets
+    fraction x peak; like `sibling_mfu`, the sibling keeps the anchor's ceiling as a fraction of its peak."""
+    anchor_peak, anchor_fp32, ceiling, _ = anchor
+    rest = (1 / fraction - 1 / ceiling) / anchor_peak * anchor_fp32 / fp32
+    return 1 / (1 / (ceiling * peak) + rest)
 
 
 def peak_flops(hardware: HardwareProfile, precision: str) -> float | None:
