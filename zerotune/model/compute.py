@@ -241,14 +241,16 @@ def achieved_flops(
 
 ATTENTION_KERNEL_FRACTION: dict[str, tuple[float, str]] = {
     "8.0": (
-        0.63,
-        "A100: FlashAttention-2 reaches up to 73% of peak in forward and 63% in backward (Dao 2023, "
-        "arXiv 2307.08691, §4.1); backward holds 2.5 of the 3.5 forward+backward FLOPs, so its figure",
+        189 / 312,
+        "A100 SXM: FlashAttention-2 forward+backward with causal mask, head dim 128, sequence 16K: 189 TFLOP/s of "
+        "312 dense bf16 (Dao 2023, arXiv 2307.08691, Fig. 4d; Dao-AILab/flash-attention "
+        "assets/flash2_a100_fwd_bwd_benchmark.png); 203 without the mask",
     ),
     "9.0": (
-        335 / 989.4,
-        "H100 SXM: FlashAttention-2 forward+backward up to 335 TFLOP/s of 989.4 dense bf16 (Dao 2023, "
-        "arXiv 2307.08691, §4.1 and Fig. 7)",
+        328 / 989.4,
+        "H100 SXM: FlashAttention-2 forward+backward with causal mask, head dim 128, sequence 16K: 328 TFLOP/s of "
+        "989.4 dense bf16 (Dao 2023, arXiv 2307.08691, Fig. 7d; Dao-AILab/flash-attention "
+        "assets/flash2_h100_fwd_bwd_benchmark.png); 338 without the mask",
     ),
     "10.0": (
         346 / 2250,
@@ -260,15 +262,17 @@ ATTENTION_KERNEL_FRACTION: dict[str, tuple[float, str]] = {
 """Achieved/peak of the FlashAttention-2 kernel by compute capability: what flash and SDPA's flash backend
 (PyTorch SDPA dispatches to the same FlashAttention-2 kernel on sm80+) run attention at. The paper
 counts a causal kernel's FLOPs as the unmasked half (its benchmark divides by 2 with causal=True), the
-same convention as `executed_attention_flops`."""
+same convention as `executed_attention_flops`; the figures are its causal ones (decoders run causal) at
+the longest sequence charted, where attention's share of a step is largest."""
 
 FA3_KERNEL_FRACTION: dict[str, tuple[float, str]] = {
     "9.0": (
-        3.5 / (1 / 648 + 2.5 / 561) / 989.4,
-        "H100 SXM: FlashAttention-3 BF16 at head dim 128, sequence 16K: forward 648, backward 561 TFLOP/s (Shah et "
-        "al. 2024, arXiv 2407.08608, §4.1, Fig. 5 and 6), 583 TFLOP/s for the forward+backward mix (the backward "
-        "holds 2.5 of the 3.5 FLOPs); the same charts give FlashAttention-2 370 and 322, whose mix, 334, is the "
-        "FA2 paper's 335 above",
+        3.5 / (1 / 616 + 2.5 / 561) / 989.4,
+        "H100 SXM: FlashAttention-3 BF16 at head dim 128, sequence 16K: forward with causal mask 616 TFLOP/s (Shah "
+        "et al. 2024, arXiv 2407.08608, Fig. 5d; Dao-AILab/flash-attention assets/flash3_fp16_fwd.png), backward "
+        "561 (Fig. 6, published without the mask only), 576 TFLOP/s for the forward+backward mix (the backward "
+        "holds 2.5 of the 3.5 FLOPs); the same charts' FlashAttention-2 bars (335 causal forward, 322 backward) "
+        "mix to 326, against FA2's own causal forward+backward 328 above"
     ),
 }
 """Achieved/peak of FlashAttention-3 (HF `attn_implementation="flash_attention_3"`): its kernels use Hopper's
