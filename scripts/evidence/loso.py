@@ -53,7 +53,7 @@ def _categories(run: published.Run, spec) -> list[str]:
     if run.seq_len >= LONG_CONTEXT:
         out.append("long context")
     kernels = run.kernels
-    if kernels.get("attention") in ("flash", "flash3") or kernels.get("cross_entropy") in ("fused", "fused_linear"):
+    if kernels.get("attention") in ("flash", "flash3", "flash4") or kernels.get("cross_entropy") in ("fused", "fused_linear"):
         out.append("liger/flash")
     if spec.num_experts > 1:
         out.append("moe")

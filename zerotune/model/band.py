@@ -100,7 +100,7 @@ def expected_error(category: str) -> Band | None:
 def job_category(model, workload, offload: bool) -> str:
     """A job's band category from the model (MoE), the workload and whether ZeRO offloads."""
     fused = (
-        workload.attention in ("flash", "flash3")
+        workload.attention in ("flash", "flash3", "flash4")
         or workload.cross_entropy in ("fused", "fused_linear")
         or "fused" in (workload.swiglu, workload.rmsnorm)
     )

@@ -241,31 +241,53 @@ def achieved_flops(
 
 ATTENTION_KERNEL_FRACTION: dict[str, tuple[float, str]] = {
     "8.0": (
-        0.63,
-        "A100: FlashAttention-2 reaches up to 73% of peak in forward and 63% in backward (Dao 2023, "
-        "arXiv 2307.08691, §4.1); backward holds 2.5 of the 3.5 forward+backward FLOPs, so its figure",
+        189 / 312,
+        "A100 SXM: FlashAttention-2 forward+backward with causal mask, head dim 128, sequence 16K: 189 TFLOP/s of "
+        "312 dense bf16 (Dao 2023, arXiv 2307.08691, Fig. 4d; Dao-AILab/flash-attention "
+        "assets/flash2_a100_fwd_bwd_benchmark.png); 203 without the mask",
     ),
     "9.0": (
-        335 / 989.4,
-        "H100 SXM: FlashAttention-2 forward+backward up to 335 TFLOP/s of 989.4 dense bf16 (Dao 2023, "
-        "arXiv 2307.08691, §4.1 and Fig. 7)",
+        328 / 989.4,
+        "H100 SXM: FlashAttention-2 forward+backward with causal mask, head dim 128, sequence 16K: 328 TFLOP/s of "
+        "989.4 dense bf16 (Dao 2023, arXiv 2307.08691, Fig. 7d; Dao-AILab/flash-attention "
+        "assets/flash2_h100_fwd_bwd_benchmark.png); 338 without the mask",
+    ),
+    "10.0": (
+        346 / 2250,
+        "B200: FlashAttention-2 (its sm80 kernels; it has no Blackwell path) forward+backward 259-346 TFLOP/s of "
+        "2250 dense bf16, head dim 64, sequence 512-16K (Dao-AILab/flash-attention#1589, flash_attn 2.7.4, the "
+        "repository's benchmark_flash_attention.py on a B200); the top figure",
     ),
 }
 """Achieved/peak of the FlashAttention-2 kernel by compute capability: what flash and SDPA's flash backend
 (PyTorch SDPA dispatches to the same FlashAttention-2 kernel on sm80+) run attention at. The paper
 counts a causal kernel's FLOPs as the unmasked half (its benchmark divides by 2 with causal=True), the
-same convention as `executed_attention_flops`."""
+same convention as `executed_attention_flops`; the figures are its causal ones (decoders run causal) at
+the longest sequence charted, where attention's share of a step is largest."""
 
 FA3_KERNEL_FRACTION: dict[str, tuple[float, str]] = {
     "9.0": (
-        1.5 * 335 / 989.4,
-        "H100 SXM: FlashAttention-3 runs 1.5-2.0x FlashAttention-2's speed in FP16/BF16, forward up to 740 "
-        "TFLOP/s (Shah et al. 2024, arXiv 2407.08608, abstract and §4.1): the low end, 1.5 x FA2's 335 "
-        "TFLOP/s forward+backward (the backward, 2.5 of the 3.5 FLOPs, gains least)",
+        3.5 / (1 / 616 + 2.5 / 561) / 989.4,
+        "H100 SXM: FlashAttention-3 BF16 at head dim 128, sequence 16K: forward with causal mask 616 TFLOP/s (Shah "
+        "et al. 2024, arXiv 2407.08608, Fig. 5d; Dao-AILab/flash-attention assets/flash3_fp16_fwd.png), backward "
+        "561 (Fig. 6, published without the mask only), 576 TFLOP/s for the forward+backward mix (the backward "
+        "holds 2.5 of the 3.5 FLOPs); the same charts' FlashAttention-2 bars (335 causal forward, 322 backward) "
+        "mix to 326, against FA2's own causal forward+backward 328 above"
     ),
 }
 """Achieved/peak of FlashAttention-3 (HF `attn_implementation="flash_attention_3"`): its kernels use Hopper's
 wgmma/TMA, so only sm90 has a rate of its own; elsewhere it runs FlashAttention-2's figure."""
+
+FA4_KERNEL_FRACTION: dict[str, tuple[float, str]] = {
+    "10.0": (
+        0.71 * 63 / 73,
+        "B200: FlashAttention-4 forward up to 1613 TFLOP/s, 71% of the 2250 dense bf16 peak (Zadouri et al. 2026, "
+        "arXiv 2603.05451, abstract); the backward, 2.5 of the 3.5 forward+backward FLOPs, is not in the abstract "
+        "and is ASSUMED to keep FlashAttention-2's backward/forward ratio on A100 (63% / 73%, Dao 2023 §4.1)",
+    ),
+}
+"""Achieved/peak of FlashAttention-4 (HF `attn_implementation="flash_attention_4"`): written for Blackwell's
+tcgen05/TMEM (sm100); elsewhere it runs FlashAttention-3's figure on Hopper, else FlashAttention-2's."""
 
 CAUSAL_FRACTION = 0.5
 """Share of the s x s score and A.V products a causal flash kernel computes: the blocks above the
@@ -307,18 +329,56 @@ def eager_score_seconds(
 
 def attention_flops_rate(hardware: HardwareProfile, precision: str, attention: str) -> tuple[float, str] | None:
     """FLOP/s of the attention kernel itself (flash, SDPA), from FlashAttention-2's published figures
-    for the GPU generation (FlashAttention-3's for flash3 on Hopper); None where none is published (eager attention runs as GEMMs; older GPUs,
+    for the GPU generation (FlashAttention-3's for flash3 on Hopper, FlashAttention-4's for flash4 on Blackwell); None where none is published (eager attention runs as GEMMs; older GPUs,
     CPU hosts): the GEMM rate applies."""
     gpu = hardware.gpu
     if attention == "eager" or gpu is None or not gpu.compute_capability or precision not in ("bf16", "fp16"):
         return None
-    entry = (FA3_KERNEL_FRACTION.get(gpu.compute_capability) if attention == "flash3" else None) or (
-        ATTENTION_KERNEL_FRACTION.get(gpu.compute_capability)
+    cc = gpu.compute_capability
+    entry = (
+        (FA4_KERNEL_FRACTION.get(cc) if attention == "flash4" else None)
+        or (FA3_KERNEL_FRACTION.get(cc) if attention in ("flash3", "flash4") else None)
+        or ATTENTION_KERNEL_FRACTION.get(cc)
     )
     peak = gpu.peak_flops(precision)
     if entry is None or not peak:
         return None
-    return entry[0] * peak, entry[1]
+    anchor = ATTENTION_ANCHOR_GPU[cc]
+    fp32 = gpu.peak_fp32_flops
+    if (peak, fp32) == anchor[:2] or not fp32:
+        return entry[0] * peak, entry[1]
+    rate = sibling_attention_rate(entry[0], anchor, peak, fp32)
+    return rate, (
+        f"{entry[1]}; on this GPU ({peak / 1e12:.4g} TFLOP/s tensor, {fp32 / 1e12:.3g} fp32) the kernel's matmuls run "
+        f"at its own matmul ceiling and the rest at its fp32 rate: {rate / peak:.0%} of peak"
+    )
+
+
+ATTENTION_ANCHOR_GPU: dict[str, tuple[float, float, float, str]] = {
+    "8.0": (312e12, 19.5e12, MATMUL_CEILING["A100 SXM"][0], "A100 SXM"),
+    "9.0": (989.4e12, 66.9e12, MATMUL_CEILING["H100 SXM"][0], "H100 SXM"),
+    "10.0": (2250e12, 80e12, 1745 / 2250, "B200 SXM (matmul ceiling: stas00/ml-engineering MAMF, 1745 TFLOP/s)"),
+}
+"""The GPU each attention figure above was measured on, per compute capability: (dense 16-bit tensor peak, fp32
+peak, matmul ceiling as a fraction of the tensor peak, name); peaks from the datasheets (A100: 312 / 19.5, H100
+SXM: 989.4 / 66.9, B200: 2250 / 80 TFLOP/s)."""
+
+
+def sibling_attention_rate(
+    fraction: float, anchor: tuple[float, float, float, str], peak: float, fp32: float
+) -> float:
+    """Attention kernel FLOP/s on a GPU of the anchor's compute capability but other tensor and fp32 peaks
+    (the H20: GH100 with its tensor rate capped to 148 TFLOP/s, fp32 44 against the H100's 67). A flash kernel's
+    time is its two matmuls at the tensor cores plus the softmax between them (exponentials, rescaling, masking)
+    in fp32 off the tensor cores: FlashAttention-2 §3.1 prices these non-matmul FLOPs by the fp32 rate (A100:
+    312 TFLOP/s of matmul against 19.5 of non-matmul fp32, each non-matmul FLOP 16x dearer), and
+    FlashAttention-4's 'asymmetric hardware scaling' is the same split on B200. On the anchor the matmuls run at its matmul ceiling
+    and the figure fixes the rest per FLOP (1/fraction - 1/ceiling, in anchor-peak seconds); a sibling runs the
+    matmuls at its own ceiling x peak and the rest in proportion to its fp32 rate. The anchor itself gets
+    fraction x peak; like `sibling_mfu`, the sibling keeps the anchor's ceiling as a fraction of its peak."""
+    anchor_peak, anchor_fp32, ceiling, _ = anchor
+    rest = (1 / fraction - 1 / ceiling) / anchor_peak * anchor_fp32 / fp32
+    return 1 / (1 / (ceiling * peak) + rest)
 
 
 def peak_flops(hardware: HardwareProfile, precision: str) -> float | None:

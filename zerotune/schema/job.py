@@ -10,7 +10,7 @@ from zerotune.errors import InputError
 PRECISIONS = ("bf16", "fp16", "fp32")
 OPTIMIZERS = ("adamw", "adam", "sgd", "lion", "adagrad")
 # The workload options' values, as zerotune.schema.workload spells them (a test holds the two equal).
-ATTENTIONS = ("sdpa", "flash", "flash3", "eager")
+ATTENTIONS = ("sdpa", "flash", "flash3", "flash4", "eager")
 CROSS_ENTROPIES = ("fp32", "native", "fused", "fused_linear")
 KERNELS = ("plain", "fused")
 MOE_IMPLS = ("grouped", "loop")
@@ -79,7 +79,7 @@ class JobInputs:
     )
     attention: str | None = _said(
         None,
-        "Attention kernel: flash (flash-attention 2), flash3 (flash-attention 3), sdpa or eager "
+        "Attention kernel: flash (flash-attention 2), flash3 (flash-attention 3), flash4 (flash-attention 4), sdpa or eager "
         "(HF attn_implementation; default sdpa).",
     )
     liger: bool | None = _said(

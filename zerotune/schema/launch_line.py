@@ -31,11 +31,12 @@ from zerotune.errors import InputError
 ATTENTION = {
     "flash_attention_2": "flash",
     "flash_attention_3": "flash3",
+    "flash_attention_4": "flash4",
     "sdpa": "sdpa",
     "eager": "eager",
 }
-"""HF `attn_implementation` values -> zerotune's attention kernels (flash-attention 3 keeps what 2 keeps in
-memory; its Hopper kernel runs faster: zerotune/model/compute.py FA3_KERNEL_FRACTION)."""
+"""HF `attn_implementation` values -> zerotune's attention kernels (flash-attention 3 and 4 keep what 2 keeps in
+memory; their Hopper and Blackwell kernels run faster: zerotune/model/compute.py FA3_/FA4_KERNEL_FRACTION)."""
 
 OPTIM = {
     "adamw_torch": "adamw",

@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 Precision = Literal["bf16", "fp16", "fp32"]
 Optimizer = Literal["adamw", "adam", "sgd", "lion", "adagrad"]
-Attention = Literal["sdpa", "flash", "flash3", "eager"]
+Attention = Literal["sdpa", "flash", "flash3", "flash4", "eager"]
 CrossEntropy = Literal["fp32", "native", "fused", "fused_linear"]
 Kernel = Literal["plain", "fused"]
 MoeImpl = Literal["grouped", "loop"]
@@ -39,7 +39,8 @@ class Workload(BaseModel):
     # defaults to False).
     attention: Attention = Field(
         "sdpa",
-        description="sdpa | flash (flash-attention 2) | flash3 (flash-attention 3, Hopper) | eager (s x s scores "
+        description="sdpa | flash (flash-attention 2) | flash3 (flash-attention 3, Hopper) | flash4 (flash-attention 4, "
+        "Blackwell) | eager (s x s scores "
         "and repeated K/V kept)",
     )
     cross_entropy: CrossEntropy = Field(
