@@ -120,6 +120,15 @@ def test_a_config_with_torch_autocast_runs_the_loss_in_fp32(cli, tmp_path):
     start = "start of backward"
     grew = runs["on"]["memory"]["timeline"][start]["activations"] - runs["off"]["memory"]["timeline"][start]["activations"]
     assert grew == (12 - 6) * 2048 * 32000
+    # a script's own torch.autocast: --autocast says so, and the flag wins over the config
+    r = cli("predict", "--config", tmp_path / "off.json", "--model", "llama-7b", "--profile", "dgx-h100",
+            "--seq-len", "2048", "--cross-entropy", "native", "--autocast", "--json")  # fmt: skip
+    said = json.loads(r.stdout)
+    assert said["workload"]["autocast"] is True
+    assert said["memory"]["timeline"][start]["activations"] == runs["on"]["memory"]["timeline"][start]["activations"]
+    r = cli("predict", "--config", tmp_path / "on.json", "--model", "llama-7b", "--profile", "dgx-h100",
+            "--no-autocast", "--json")  # fmt: skip
+    assert json.loads(r.stdout)["workload"]["autocast"] is False
 
 
 def test_human_output_shows_breakdowns_and_timeline(cli, stage2):
