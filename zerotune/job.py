@@ -192,6 +192,7 @@ def resolve_job(inputs: JobInputs, config: dict[str, Any] | None = None, record:
             "grad_accum": inputs.grad_accum or ga,
             "precision": resolved.precision,
             "optimizer": optimizer if optimizer in OPTIMIZERS else "adamw",
+            "autocast": options.get("autocast", resolved.autocast),
         }
     workload = base.model_copy(update=update)
     _check_bf16(workload, hardware)

@@ -193,6 +193,9 @@ class Run(BaseModel):
         description="the run's other keys of its bf16/fp16 section (bf16_master_weights_and_grads, ...)",
     )
     zero: dict[str, Any] = Field(description="the run's zero_optimization block as DeepSpeed reads it")
+    torch_autocast: dict[str, Any] = Field(
+        default_factory=dict, description="the run's torch_autocast section (DeepSpeed runs the forward under it)"
+    )
     kernels: dict[str, str] = Field(
         default_factory=dict, description="workload options the source states (attention, loss, ...)"
     )
@@ -235,6 +238,8 @@ class Run(BaseModel):
         }
         if self.precision != "fp32":
             config[self.precision] = {"enabled": True, **self.precision_section}
+        if self.torch_autocast:
+            config["torch_autocast"] = self.torch_autocast
         return config
 
 
@@ -332,6 +337,7 @@ def run_workload(run: Run, precision: str) -> Workload:
         activation_offloading=run.activation_offloading,
         moe_impl=run.moe_impl or "grouped",
         zero_init=run.zero_init,
+        autocast=resolve(run.ds_config()).autocast,
         omp_threads=run.omp_threads,
         gpus_per_node=run.gpus_per_node,
         nodes=run.nodes,

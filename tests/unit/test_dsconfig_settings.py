@@ -39,3 +39,11 @@ def test_non_finite_numbers_fall_back_to_defaults():
     assert zero.reduce_bucket_size == 500_000_000 and zero.stage == 0
     cfg = resolve({"train_batch_size": float("inf"), "gradient_clipping": float("nan")})
     assert cfg.train_batch_size is None and cfg.gradient_clipping == 1.0
+
+
+def test_torch_autocast_enabled_is_read_as_deepspeed_reads_it():
+    # runtime/config.py get_torch_autocast_enabled: the section's `enabled`, False when absent
+    assert resolve({"torch_autocast": {"enabled": True, "dtype": "bfloat16"}}).autocast is True
+    assert resolve({"torch_autocast": {"enabled": False}}).autocast is False
+    assert resolve({"torch_autocast": {"dtype": "bfloat16"}}).autocast is False
+    assert resolve({"bf16": {"enabled": True}}).autocast is False

@@ -486,6 +486,27 @@ def test_kernel_options_change_activations_as_their_kernels_store() -> None:
     assert (Workload().attention, Workload().cross_entropy, Workload().rmsnorm) == ("sdpa", "fp32", "plain")
 
 
+def test_autocast_keeps_fp32_softmax_and_loss_over_16bit_weights() -> None:
+    # torch.autocast (DeepSpeed's torch_autocast) runs softmax and log_softmax/nll_loss in fp32
+    # (ATen/autocast_mode.h fp32 lists) and the bmm after the softmax casts back to bf16
+    base = Workload(seq_len=1024, micro_batch=2, gpus_per_node=8, activation_checkpointing=False)
+    z = _zero(3)
+    acts = lambda **kw: _acts(estimate_memory(LLAMA_7B, base.model_copy(update=kw), z))  # noqa: E731
+    s, b, v, a, layers = 1024, 2, 32000, 32, 32
+    # eager scores: the fp32 softmax output (4 B) besides the 16-bit copy the next bmm keeps, every block
+    assert acts(attention="eager", autocast=True) - acts(attention="eager") == layers * 4 * a * s * s * b
+    # torch's loss on the bf16 logits (3 x 2 B) becomes an fp32 log-softmax: the 12 B of an upcast loss
+    assert acts(cross_entropy="native", autocast=True) - acts(cross_entropy="native") == (12 - 6) * s * b * v
+    assert acts(cross_entropy="native", autocast=True) == acts(cross_entropy="fp32")
+    # SDPA/flash keep no scores, an upcast or fused loss is what it is, and fp32 weights are not 16-bit
+    assert acts(autocast=True) == acts()
+    assert acts(cross_entropy="fused", autocast=True) == acts(cross_entropy="fused")
+    fp32 = base.model_copy(update={"precision": "fp32", "attention": "eager", "cross_entropy": "native"})
+    assert _acts(estimate_memory(LLAMA_7B, fp32.model_copy(update={"autocast": True}), z)) == _acts(
+        estimate_memory(LLAMA_7B, fp32, z)
+    )
+
+
 def test_eager_attention_keeps_repeated_kv_heads_and_sdpa_does_not() -> None:
     gqa = llama(layers=4, h=4096, kv=8, ffn=14336, vocab=128256)
     w = Workload(seq_len=2048, gpus_per_node=8, activation_checkpointing=False)

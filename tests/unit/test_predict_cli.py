@@ -104,6 +104,33 @@ def test_a_config_asking_for_cpu_checkpointing_points_at_the_flag(cli, tmp_path)
     assert "pass --checkpoint-in-cpu" not in cli(*args, "--checkpoint-in-cpu").stderr
 
 
+def test_a_config_with_torch_autocast_runs_the_loss_in_fp32(cli, tmp_path):
+    """DeepSpeed's torch_autocast section runs the forward under torch.autocast: torch's loss on the
+    16-bit logits becomes an fp32 log-softmax (12 B/logit instead of 3 x 2 B)."""
+    plain = '{"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": true}, "zero_optimization": {"stage": 3}'
+    runs = {}
+    for name, extra in (("off", ""), ("on", ', "torch_autocast": {"enabled": true, "dtype": "bfloat16"}')):
+        path = tmp_path / f"{name}.json"
+        path.write_text(plain + extra + "}")
+        r = cli("predict", "--config", path, "--model", "llama-7b", "--profile", "dgx-h100", "--seq-len", "2048",
+                "--cross-entropy", "native", "--json")  # fmt: skip
+        assert r.code == 0, r.stderr
+        runs[name] = json.loads(r.stdout)
+    assert (runs["off"]["workload"]["autocast"], runs["on"]["workload"]["autocast"]) == (False, True)
+    start = "start of backward"
+    grew = runs["on"]["memory"]["timeline"][start]["activations"] - runs["off"]["memory"]["timeline"][start]["activations"]
+    assert grew == (12 - 6) * 2048 * 32000
+    # a script's own torch.autocast: --autocast says so, and the flag wins over the config
+    r = cli("predict", "--config", tmp_path / "off.json", "--model", "llama-7b", "--profile", "dgx-h100",
+            "--seq-len", "2048", "--cross-entropy", "native", "--autocast", "--json")  # fmt: skip
+    said = json.loads(r.stdout)
+    assert said["workload"]["autocast"] is True
+    assert said["memory"]["timeline"][start]["activations"] == runs["on"]["memory"]["timeline"][start]["activations"]
+    r = cli("predict", "--config", tmp_path / "on.json", "--model", "llama-7b", "--profile", "dgx-h100",
+            "--no-autocast", "--json")  # fmt: skip
+    assert json.loads(r.stdout)["workload"]["autocast"] is False
+
+
 def test_human_output_shows_breakdowns_and_timeline(cli, stage2):
     r = cli("predict", "--config", stage2, "--model", "llama-7b", "--profile", "dgx-h100", "--gpus", "4")
     assert r.code == 0, r.stderr

@@ -63,6 +63,7 @@ def command(
     zero_init: o.ZeroInit = None,
     moe_impl: o.MoeImpl = None,
     omp_threads: o.OmpThreads = None,
+    autocast: o.Autocast = None,
     out: Annotated[
         Path | None, typer.Option(help="Write the corrected DeepSpeed JSON here (+ OUT.reasons.md).")
     ] = None,
@@ -80,7 +81,7 @@ def command(
     for flag, value in (("--seq-len", seq_len), ("--world-size", world_size)):
         if value is not None and value < 1:
             raise InputError(f"{flag} must be at least 1, got {value}")
-    said = JobInputs(**o.workload_said(attention, liger, cross_entropy, swiglu, rmsnorm, rotary, packing, activation_offloading, zero_init, moe_impl, omp_threads))  # fmt: skip
+    said = JobInputs(**o.workload_said(attention, liger, cross_entropy, swiglu, rmsnorm, rotary, packing, activation_offloading, zero_init, moe_impl, omp_threads, autocast))  # fmt: skip
     said.check()
     targets = [] if out is None else [out, Path(f"{out}.reasons.md")]
     refuse_overwrite(*targets, force=force)

@@ -39,6 +39,7 @@ def command(
     zero_init: o.ZeroInit = None,
     moe_impl: o.MoeImpl = None,
     omp_threads: o.OmpThreads = None,
+    autocast: o.Autocast = None,
     margin: o.Margin = SAFETY_MARGIN,
     json_out: o.JsonOut = False,
 ) -> None:
@@ -53,7 +54,7 @@ def command(
         world_size=world_size, gpu_memory=gpu_memory, seq_len=seq_len, micro_batch=micro_batch, grad_accum=grad_accum,
         precision=precision, optimizer=optimizer, checkpointing=checkpointing,
         checkpoint_in_cpu=checkpoint_in_cpu, margin=margin,
-        **o.workload_said(attention, liger, cross_entropy, swiglu, rmsnorm, rotary, packing, activation_offloading, zero_init, moe_impl, omp_threads),
+        **o.workload_said(attention, liger, cross_entropy, swiglu, rmsnorm, rotary, packing, activation_offloading, zero_init, moe_impl, omp_threads, autocast),
     )  # fmt: skip
     job = resolve_job(inputs)
     rows = compare_options(job.spec, job.workload, hardware=job.hardware, safety_margin=job.margin)

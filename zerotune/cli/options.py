@@ -82,6 +82,9 @@ ZeroInit = Annotated[
 ]
 MoeImpl = Annotated[str | None, typer.Option(help=_help("moe_impl"))]
 OmpThreads = Annotated[int | None, typer.Option(help=_help("omp_threads"), show_default=False)]
+Autocast = Annotated[
+    bool | None, typer.Option("--autocast/--no-autocast", help=_help("autocast"), show_default=False)
+]
 Launch = Annotated[
     list[str] | None,
     typer.Argument(
@@ -103,6 +106,7 @@ WORKLOAD_OPTIONS = (
     "zero_init",
     "moe_impl",
     "omp_threads",
+    "autocast",
 )
 """The JobInputs fields the workload options above set, in the order commands take them."""
 

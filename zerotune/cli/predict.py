@@ -54,6 +54,7 @@ def command(
     zero_init: o.ZeroInit = None,
     moe_impl: o.MoeImpl = None,
     omp_threads: o.OmpThreads = None,
+    autocast: o.Autocast = None,
     training_args: o.TrainingArgs = None,
     width: Annotated[int | None, typer.Option(help="Timeline width in columns (default: the terminal's).")] = None,
     json_out: o.JsonOut = False,
@@ -74,7 +75,7 @@ def command(
         world_size=world_size, gpus=gpus, nodes=nodes, gpu_memory=gpu_memory, micro_batch=micro_batch, grad_accum=grad_accum,
         checkpointing=checkpointing, checkpoint_in_cpu=checkpoint_in_cpu or None, precision=precision, hf=hf or None,
         optimizer=optimizer, margin=margin,
-        **o.workload_said(attention, liger, cross_entropy, swiglu, rmsnorm, rotary, packing, activation_offloading, zero_init, moe_impl, omp_threads),
+        **o.workload_said(attention, liger, cross_entropy, swiglu, rmsnorm, rotary, packing, activation_offloading, zero_init, moe_impl, omp_threads, autocast),
     )  # fmt: skip
     launched: list[str] = []
     if launch or training_args:

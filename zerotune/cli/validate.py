@@ -78,6 +78,7 @@ def command(
     zero_init: o.ZeroInit = None,
     moe_impl: o.MoeImpl = None,
     omp_threads: o.OmpThreads = None,
+    autocast: o.Autocast = None,
 ) -> None:
     from zerotune.lint import registry
     from zerotune.lint.context import LintOptions
@@ -94,7 +95,7 @@ def command(
             raise InputError(f"{flag} must be positive, got {value:g}")
     from zerotune.schema.job import JobInputs
 
-    said = o.workload_said(attention, liger, cross_entropy, swiglu, rmsnorm, rotary, packing, activation_offloading, zero_init, moe_impl, omp_threads)
+    said = o.workload_said(attention, liger, cross_entropy, swiglu, rmsnorm, rotary, packing, activation_offloading, zero_init, moe_impl, omp_threads, autocast)
     JobInputs(**said).check()  # type: ignore[arg-type]
     selected, ignored = _split(select), _split(ignore)
     bad = registry.unknown_selectors((selected or []) + (ignored or []))

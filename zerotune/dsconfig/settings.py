@@ -110,6 +110,10 @@ class ResolvedConfig(BaseModel):
     gradient_clipping: float = 1.0
     optimizer_type: str | None = None
     communication_data_type: str | None = None
+    autocast: bool = False
+    """`torch_autocast.enabled`: the engine runs the module's forward under torch.autocast (DeepSpeed
+    0.19.8 runtime/config.py `get_torch_autocast_enabled`, read as a truth value by
+    runtime/engine.py `torch_autocast_enabled`; the forward in `autocast_if_enabled`)."""
 
 
 _DEFAULTS = ZeroSettings()
@@ -294,6 +298,7 @@ def resolve(config: dict[str, Any]) -> ResolvedConfig:
     if master is None and _flag(_BF16, bf16, "bf16_master_weights_and_grads"):
         master = "bf16"
     comm = config.get("communication_data_type")
+    autocast = config.get("torch_autocast")
     zero = resolve_zero(config.get("zero_optimization")).model_copy(
         update={
             # DeepSpeed accepts exactly fp16/bf16/fp32 here (any case); other spellings fail its parse
@@ -318,4 +323,5 @@ def resolve(config: dict[str, Any]) -> ResolvedConfig:
         communication_data_type=config.get("communication_data_type")
         if isinstance(config.get("communication_data_type"), str)
         else None,
+        autocast=isinstance(autocast, dict) and bool(autocast.get("enabled", False)),
     )

@@ -52,8 +52,20 @@ HF kernels (transformers' Llama-family modeling code, what runs unless a source 
 - `apply_rotary_pos_emb` multiplies by cos/sin, which need no gradient, so autograd keeps only
   cos/sin: plain and fused rotary keep the same (`rotary` is accepted and changes nothing).
 
-The options come from the Workload (`attention`, `cross_entropy`, `fused_swiglu`); their defaults
-are what HF Trainer runs today (zerotune/schema/workload.py).
+Autocast (`autocast`: DeepSpeed's `torch_autocast` section, which runs the module's forward under
+`torch.autocast`, DeepSpeed 0.19.8 runtime/engine.py:3006 `autocast_if_enabled`) with 16-bit weights:
+ops on torch's fp32 autocast lists run in fp32 whatever their input (ATen/autocast_mode.h
+`AT_FORALL_FP32`: nll_loss, layer_norm; `AT_FORALL_FP32_SET_OPT_DTYPE`: softmax, log_softmax), and the
+matmuls after them cast back to 16-bit (`AT_FORALL_LOWER_PRECISION_FP`: bmm, matmul, linear). So
+- eager attention's softmax keeps its fp32 output for backward and the next bmm keeps the 16-bit copy
+  it cast: 4 + E bytes per score (AUTOCAST_SOFTMAX_BYTES + E) instead of E;
+- torch's cross-entropy on the 16-bit logits (`native`) becomes an fp32 log-softmax and loss: the
+  LOGIT_BYTES of an upcast loss (`autocast_loss`).
+Not modelled: an nn.LayerNorm's fp32 output (layer_norm is on the fp32 list) feeding an fp32 residual
+stream, which depends on the block's code; autocast over fp32 weights (only 16-bit weights here).
+
+The options come from the Workload (`attention`, `cross_entropy`, `fused_swiglu`, `autocast`); their
+defaults are what HF Trainer runs today (zerotune/schema/workload.py).
 """
 
 from __future__ import annotations
@@ -76,6 +88,19 @@ NATIVE_LOGIT_COPIES = 3
 """torch's F.cross_entropy on 16-bit logits without an upcast: the logits (E bytes), log_softmax's saved
 output (E, in the input's dtype: aten log_softmax keeps its result for backward) and, in backward, the
 gradient of the logits (E): three E-byte copies per logit at the peak."""
+
+AUTOCAST_SOFTMAX_BYTES = 4
+"""Eager attention under autocast: the fp32 softmax output autograd keeps per score (softmax is on
+torch's fp32 autocast list, ATen/autocast_mode.h `AT_FORALL_FP32_SET_OPT_DTYPE`), on top of the
+E-byte copy the following bmm casts and keeps (module docstring)."""
+
+
+def autocast_loss(cross_entropy: str, elem_bytes: int, autocast: bool) -> str:
+    """The loss as it runs: under autocast with 16-bit activations torch's cross-entropy on the logits
+    (`native`) is an fp32 log-softmax and nll_loss (both on torch's fp32 autocast lists), the bytes of
+    HF's upcast loss (`fp32`); fused kernels and an explicit upcast are what they are."""
+    return "fp32" if autocast and elem_bytes < 4 and cross_entropy == "native" else cross_entropy
+
 
 CPU_CHECKPOINT_GPU_INPUTS = 3
 """Block inputs still on the GPU under cpu_checkpointing: the last one, never offloaded because the
@@ -107,6 +132,7 @@ def layer_activation_bytes(
     repeat_kv: bool = False,
     plain_rmsnorm: bool = False,
     attention_width: int | None = None,
+    fp32_softmax: bool = False,
 ) -> int:
     """Bytes one transformer block keeps for backward (Korthikanti et al. 2022, Sec. 4.1, generalised).
 
@@ -117,7 +143,8 @@ def layer_activation_bytes(
     With `ffn=4h`, `kv_heads=heads`, `gated=False`, `elem_bytes=2`, `dropout=True`, `flash=False`
     this is exactly their s·b·h·(34 + 5·a·s/h). The HF-kernel terms (module docstring, "HF
     kernels") are off by default: `repeat_kv` (eager attention keeps K and V expanded to all heads)
-    and `plain_rmsnorm` (two unfused RMSNorms).
+    and `plain_rmsnorm` (two unfused RMSNorms). `fp32_softmax`: eager attention's softmax ran in fp32
+    under autocast (AUTOCAST_SOFTMAX_BYTES more per score).
     """
     kv = heads if kv_heads is None else kv_heads
     if repeat_kv:
@@ -134,7 +161,8 @@ def layer_activation_bytes(
     if flash:
         attention += 4 * heads * seq * micro  # fp32 log-sum-exp per row
     else:
-        attention += (e + mask * (1 + e)) * heads * seq * seq * micro  # softmax out (+ dropout mask, output)
+        probs = e + (AUTOCAST_SOFTMAX_BYTES if fp32_softmax else 0)
+        attention += (probs + mask * (1 + e)) * heads * seq * seq * micro  # softmax out (+ dropout mask, output)
     # MLP: layer-norm input, fc1 input, intermediate tensors, output dropout mask.
     tensors = (3 if fused_swiglu else 4) if gated else 2
     intermediate = tensors * e * seq * micro * f * experts_per_token
@@ -182,14 +210,17 @@ def activation_bytes(
     plain_rmsnorm: bool = False,
     checkpoint_in_cpu: bool = False,
     attention_width: int | None = None,
+    autocast: bool = False,
 ) -> int:
     """Peak activation bytes per GPU for one micro-batch (no tensor/sequence parallelism).
 
     Without checkpointing: L blocks' full activations + the head. With checkpointing: L block
     inputs (E·s·b·h each; at most CPU_CHECKPOINT_GPU_INPUTS of them with `checkpoint_in_cpu`) + one
-    block re-materialised in backward + the head.
+    block re-materialised in backward + the head. `autocast`: the forward runs under torch.autocast
+    (module docstring).
     """
     e = DTYPE_BYTES[precision]
+    cross_entropy = autocast_loss(cross_entropy, e, autocast)
     block = layer_activation_bytes(
         seq,
         micro,
@@ -206,6 +237,7 @@ def activation_bytes(
         repeat_kv=repeat_kv,
         plain_rmsnorm=plain_rmsnorm,
         attention_width=attention_width,
+        fp32_softmax=autocast and e < 4,
     )
     head = head_activation_bytes(seq, micro, hidden, vocab, elem_bytes=e, cross_entropy=cross_entropy)
     if checkpointing:

@@ -239,6 +239,7 @@ def estimate_memory(
         workload.swiglu,
         workload.rmsnorm,
         workload.checkpoint_in_cpu,
+        workload.autocast,
     )
     part = -(-facts.psi // n_d)
     offload = opt_dev != "none"

@@ -8,7 +8,12 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from zerotune.dsconfig.settings import ZeroSettings
-from zerotune.model.activations import CPU_CHECKPOINT_GPU_INPUTS, activation_bytes, head_activation_bytes
+from zerotune.model.activations import (
+    CPU_CHECKPOINT_GPU_INPUTS,
+    activation_bytes,
+    autocast_loss,
+    head_activation_bytes,
+)
 from zerotune.schema.model import ModelSpec
 from zerotune.units import DTYPE_BYTES, fmt_count
 
@@ -113,6 +118,7 @@ def activations_of(
     swiglu: str = "plain",
     rmsnorm: str = "plain",
     checkpoint_in_cpu: bool = False,
+    autocast: bool = False,
 ) -> int:
     return activation_bytes(
         num_layers=facts.num_layers,
@@ -134,6 +140,7 @@ def activations_of(
         plain_rmsnorm=rmsnorm == "plain" and facts.rms_norm,
         checkpoint_in_cpu=checkpoint_in_cpu,
         attention_width=facts.attention_width,
+        autocast=autocast,
     )
 
 
@@ -167,14 +174,26 @@ def activation_phases(
     swiglu: str = "plain",
     rmsnorm: str = "plain",
     checkpoint_in_cpu: bool = False,
+    autocast: bool = False,
 ) -> ActivationPhases:
     """`activations_of` (the start of backward) split into phases: at the end of forward the loss's
     backward buffers (LOGIT_GRAD_BYTES) and, with checkpointing, the block recomputed in backward are
     not allocated yet; backward frees the head's share first, then one block's share per block."""
     total = activations_of(
-        facts, seq, micro, precision, checkpointing, attention, cross_entropy, swiglu, rmsnorm, checkpoint_in_cpu
+        facts,
+        seq,
+        micro,
+        precision,
+        checkpointing,
+        attention,
+        cross_entropy,
+        swiglu,
+        rmsnorm,
+        checkpoint_in_cpu,
+        autocast,
     )
     e = DTYPE_BYTES[precision]
+    cross_entropy = autocast_loss(cross_entropy, e, autocast)
     head = head_activation_bytes(seq, micro, facts.hidden, facts.vocab, elem_bytes=e, cross_entropy=cross_entropy)
     logit_grad = LOGIT_GRAD_BYTES.get(precision, 4) * seq * micro * facts.vocab if cross_entropy == "fp32" else 0
     blocks = max(total - head, 0)

@@ -115,6 +115,11 @@ class JobInputs:
         "OpenMP threads per rank (OMP_NUM_THREADS) for an offloaded optimizer's CPU Adam (default: the "
         "deepspeed launcher's, every rank sharing the node's cores; torchrun and accelerate launch leave 1).",
     )
+    autocast: bool | None = _said(
+        None,
+        "The forward runs under torch.autocast over 16-bit weights: eager attention's softmax and torch's loss on "
+        "the logits keep fp32 copies (default: the config's torch_autocast.enabled).",
+    )
     hf: bool = _said(False, 'The config goes through HF Trainer: fill "auto" values as HF does.')
     margin: float | None = _said(
         None,
@@ -162,7 +167,16 @@ class JobInputs:
         out: dict[str, object] = {}
         if self.liger is not None:
             out |= LIGER_KERNELS if self.liger else {k: ("fp32" if k == "cross_entropy" else "plain") for k in LIGER_KERNELS}
-        for name in ("attention", *LIGER_KERNELS, "packing", "activation_offloading", "zero_init", "moe_impl", "omp_threads"):
+        for name in (
+            "attention",
+            *LIGER_KERNELS,
+            "packing",
+            "activation_offloading",
+            "zero_init",
+            "moe_impl",
+            "omp_threads",
+            "autocast",
+        ):
             value = getattr(self, name)
             if value is not None:
                 out[name] = value

@@ -49,6 +49,11 @@ class Workload(BaseModel):
         "3 copies | fused: in-place softmax CE, 16-bit logits | "
         "fused_linear: fused linear + CE, no logits kept",
     )
+    autocast: bool = Field(
+        False,
+        description="the forward runs under torch.autocast over 16-bit weights (DeepSpeed's torch_autocast "
+        "section): eager attention's softmax and torch's cross-entropy on the logits keep fp32 copies",
+    )
     swiglu: Kernel = Field("plain", description="fused: one kernel that recomputes act(gate) in backward")
     rmsnorm: Kernel = Field("plain", description="fused: a kernel that keeps only its input (no fp32 copy)")
     rotary: Kernel = Field(
