@@ -2,7 +2,7 @@
 never ran and measure them with real DeepSpeed steps (2 gloo ranks on this CPU host).
 
     .venv/bin/python scripts/evidence/accuracy.py                       # calibrate + 17 held-out configs
-    .venv/bin/python scripts/evidence/accuracy.py --save acc.json       # keep everything measured
+    .venv/bin/python scripts/evidence/accuracy.py --save acc.json       # keep everything measured (calibration_replay.py replays it)
     .venv/bin/python scripts/evidence/accuracy.py --load acc.json       # re-analyse, measure nothing
     .venv/bin/python scripts/evidence/accuracy.py --set smoke           # 3 held-out configs (a smoke test)
     .venv/bin/python scripts/evidence/accuracy.py --calibration-runs c.json   # re-fit a `calibrate --save-runs`
@@ -91,9 +91,9 @@ JOBS, SETS = load_held_out()
 # --------------------------------------------------------------------------- measuring
 
 
-def calibrated_profiles(args: argparse.Namespace) -> tuple[HardwareProfile, HardwareProfile, float]:
-    """(probe-only profile, calibrated profile, seconds the calibration took)."""
-    from zerotune.calibrate.run import CalibrateOptions, calibrate
+def calibrated_profiles(args: argparse.Namespace) -> tuple[HardwareProfile, HardwareProfile, dict[str, Any]]:
+    """(probe-only profile, calibrated profile, the design runs as `calibrate --save-runs` writes them)."""
+    from zerotune.calibrate.run import CalibrateOptions, calibrate, saved_runs
 
     options = CalibrateOptions(nproc=2, device="cpu", from_runs=args.calibration_runs)
     print("# calibrating (zerotune.calibrate)", file=sys.stderr)
@@ -101,7 +101,7 @@ def calibrated_profiles(args: argparse.Namespace) -> tuple[HardwareProfile, Hard
     print(f"# calibration: {len(outcome.runs)} runs, {outcome.elapsed_s:.0f} s", file=sys.stderr)
     if outcome.decision is not None:  # the calibrated profile is evaluated either way
         print(f"# calibration self-check: {outcome.decision.line}", file=sys.stderr)
-    return outcome.base, outcome.fit.profile, outcome.elapsed_s
+    return outcome.base, outcome.fit.profile, saved_runs(outcome)
 
 
 def measure(held: list[Held]) -> list[dict[str, Any]]:
@@ -188,11 +188,12 @@ def main(argv: list[str] | None = None) -> int:
         calibrated = HardwareProfile.model_validate(data["calibrated"])
         runs = data["runs"]
     else:
-        probe, calibrated, _ = calibrated_profiles(args)
+        probe, calibrated, design = calibrated_profiles(args)
         runs = measure(SETS[args.set])
-        if args.save:
+        if args.save:  # design + held_out: the shape scripts/evidence/calibration_replay.py replays
             Path(args.save).write_text(json.dumps({
                 "probe": probe.model_dump(mode="json"), "calibrated": calibrated.model_dump(mode="json"), "runs": runs,
+                "design": design, "held_out": runs,
             }))  # fmt: skip
     metrics_out = report(runs, probe, calibrated)
     print(f"# {len(runs)} held-out configs, {time.monotonic() - t0:.0f} s wall", file=sys.stderr)
