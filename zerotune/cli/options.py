@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from zerotune.errors import InputError
+from zerotune.schema.job import WORKLOAD_OPTIONS
 
 Distributed = Annotated[
     bool,
@@ -94,21 +95,6 @@ Launch = Annotated[
     ),
 ]
 
-WORKLOAD_OPTIONS = (
-    "attention",
-    "liger",
-    "cross_entropy",
-    "swiglu",
-    "rmsnorm",
-    "rotary",
-    "packing",
-    "activation_offloading",
-    "zero_init",
-    "moe_impl",
-    "omp_threads",
-    "autocast",
-)
-"""The JobInputs fields the workload options above set, in the order commands take them."""
 
 
 def workload_said(*values: object) -> dict[str, object]:

@@ -26,6 +26,19 @@ LIGER_KERNELS = {"cross_entropy": "fused_linear", "swiglu": "fused", "rmsnorm": 
 """What `--liger` switches on: Liger's `apply_liger_kernel_to_llama` defaults (rope, swiglu, rms_norm,
 fused_linear_cross_entropy all True, cross_entropy False), which HF Trainer's `use_liger_kernel` applies."""
 
+WORKLOAD_OPTIONS = (
+    "attention",
+    "liger",
+    *LIGER_KERNELS,
+    "packing",
+    "activation_offloading",
+    "zero_init",
+    "moe_impl",
+    "omp_threads",
+    "autocast",
+)
+"""The JobInputs fields that describe how the job runs (set the Workload), in the order commands take them."""
+
 SAFETY_MARGIN = 0.10
 """Predicted peak x (1 + margin) must fit (zerotune.model.fit). The margin covers the caching allocator's
 fragmentation spikes and the memory model's own error: the model's peak is within 5-8% on the published
@@ -167,16 +180,9 @@ class JobInputs:
         out: dict[str, object] = {}
         if self.liger is not None:
             out |= LIGER_KERNELS if self.liger else {k: ("fp32" if k == "cross_entropy" else "plain") for k in LIGER_KERNELS}
-        for name in (
-            "attention",
-            *LIGER_KERNELS,
-            "packing",
-            "activation_offloading",
-            "zero_init",
-            "moe_impl",
-            "omp_threads",
-            "autocast",
-        ):
+        for name in WORKLOAD_OPTIONS:
+            if name == "liger":  # applied above, before the kernels said one by one
+                continue
             value = getattr(self, name)
             if value is not None:
                 out[name] = value
