@@ -72,7 +72,9 @@ def test_bucket_copies_run_at_host_memory_bandwidth(small) -> None:
 def test_first_touch_of_stage2_buffers_follows_their_sizes(small) -> None:
     """Small buckets: grads_in_partition (the rank's partition, above the threshold) and the
     flattened oversized embedding gradient are fresh. Large buckets: also the staging buffer up to
-    its largest bucket, and each flattened bucket above the threshold. Counted here from the bucket sizes DeepSpeed's filling gives."""
+    its largest bucket, and each flattened bucket above the threshold. Counted here from the bucket sizes DeepSpeed's filling gives.
+    The step adds three partition-sized buffers (the flattened gradients and torch AdamW's two
+    temporaries: test_step_buffers_are_fresh_above_the_threshold)."""
     params = prepare(small).params
     partition = params // 2 * 4
     assert partition > GLIBC_MMAP_THRESHOLD_MAX
@@ -83,7 +85,53 @@ def test_first_touch_of_stage2_buffers_follows_their_sizes(small) -> None:
         # oversized gradients (the embedding here) bypass the staging buffer
         staging = max(b for b in sizes if b <= rb * 4) if rb * 4 > GLIBC_MMAP_THRESHOLD_MAX else 0
         flattened = sum(b for b in sizes if b > GLIBC_MMAP_THRESHOLD_MAX)
-        assert grown == pytest.approx((partition + staging + flattened) / TOUCH, rel=1e-9)
+        assert grown == pytest.approx((partition + staging + flattened + 3 * partition) / TOUCH, rel=1e-9)
+
+
+def _step_touch(model, zero, **kw) -> float:
+    """Seconds of the step's own fresh buffers in the detailed timeline (0 when it has none)."""
+    est = predict_step(model, _wl(**kw), zero, _cpu(touch=TOUCH), detail=True)
+    return sum(e.end_s - e.start_s for e in est.events if e.label == "first touch of the step's fresh buffers")
+
+
+def test_step_buffers_are_fresh_above_the_threshold(small) -> None:
+    """The optimizer step's fresh buffers (zerotune/model/optimizer.py fresh_step_buffers): at stage
+    1-3 the flattened gradient partition and torch AdamW's two temporaries of it (three fp32 buffers
+    of the partition), first-touched only above glibc's mmap threshold; stage 0 steps each parameter
+    tensor on its own (two temporaries each); none under optimizer offload."""
+    tensors = prepare(small).backward_tensors
+    part = prepare(small).params // 2
+    assert part * 4 > GLIBC_MMAP_THRESHOLD_MAX
+    for stage in (1, 2):
+        assert _step_touch(small, ZeroSettings(stage=stage)) == pytest.approx(3 * part * 4 / TOUCH, rel=1e-9)
+    stage0 = sum(2 * 4 * n for n in tensors if 4 * n > GLIBC_MMAP_THRESHOLD_MAX)
+    assert stage0 > 0  # llama-7b's embedding and MLP matrices are above it, its norms below
+    assert _step_touch(small, ZeroSettings(stage=0)) == pytest.approx(stage0 / TOUCH, rel=1e-9)
+    # stage 3: one flat partition per sub-group, cut where its partition elements reach sub_group_size
+    sub = 100_000_000
+    groups, size = [], 0
+    for n in reversed(tensors):
+        size += -(-n // 2)
+        if size >= sub:
+            groups.append(size)
+            size = 0
+    groups.append(size)
+    assert len(groups) > 2
+    expected = sum(3 * 4 * g for g in groups if 4 * g > GLIBC_MMAP_THRESHOLD_MAX) / TOUCH
+    assert _step_touch(small, ZeroSettings(stage=3, sub_group_size=sub)) == pytest.approx(expected, rel=1e-9)
+    assert _step_touch(small, ZeroSettings(stage=2, offload_optimizer={"device": "cpu"})) == 0.0
+
+
+def test_step_buffers_below_the_threshold_are_reused() -> None:
+    """The llama-7b proxy at width x0.125 (the CPU testbed's): 2 layers keep the rank's partition
+    below 32 MiB (the heap reuses it: nothing), 6 layers put it above (three fresh buffers)."""
+    proxy = load_model("llama-7b")
+    for layers in (2, 6):
+        model = derive(proxy, num_layers=layers, width_scale=0.125, vocab_size=4000)
+        part = prepare(model).params // 2 * 4
+        touch = _step_touch(model, ZeroSettings(stage=2))
+        assert touch == (pytest.approx(3 * part / TOUCH, rel=1e-9) if part > GLIBC_MMAP_THRESHOLD_MAX else 0.0)
+        assert (part > GLIBC_MMAP_THRESHOLD_MAX) == (layers == 6)
 
 
 def test_stage1_pays_first_touch_only_at_the_boundary(small) -> None:

@@ -10,6 +10,8 @@ runtime/zero/stage_1_and_2.py and runtime/engine.py):
   re-created after every `_release_ipg_buffers`;
 - `allreduce_bucket` (stage 1/2, and the engine's stage-0 `buffered_allreduce_fallback`): `flatten`
   of each bucket is a new tensor; stage 3's coalesced reduce-scatter flattens its input likewise.
+- the optimizer step (stage 1-3): the partition's gradients flattened into a new tensor, and a torch
+  optimizer's temporaries of each tensor it steps (zerotune/model/optimizer.py `fresh_step_buffers`).
 
 On a GPU the caching allocator hands the same memory back (free). On a CPU host torch's allocator
 calls glibc malloc (c10 `alloc_cpu`), which serves a request above its mmap threshold with a fresh

@@ -10,10 +10,15 @@ The update's seconds, first of:
 2. CPU Adam (`host.cpu_adam_params_per_s`) under offload or on a CPU host;
 3. fused Adam on GPU memory bandwidth (`gpu_adam_bytes` / HBM bandwidth): the Adam kernel
    only, so it is a lower bound of DeepSpeed's step.
+
+On a CPU host the step's fresh buffers are priced apart (`fresh_step_buffers`): their first touch
+costs per byte only above glibc's mmap threshold (zerotune/model/host_memory.py), so a rate per
+parameter fitted on small partitions cannot carry it to large ones.
 """
 
 from __future__ import annotations
 
+from zerotune.model.host_memory import fresh_write_s
 from zerotune.model.offload import (
     CPU_ADAM_PUBLISHED_RANGE,
     DEFAULT_CPU_ADAM_PARAMS_PER_S,
@@ -40,6 +45,56 @@ def gpu_adam_bytes(s: StepSetup) -> int:
     sb = config_state_bytes(s.workload, s.zero, offload=False)
     width = sb.master_width
     return 2 * (width + sb.moments) + width + (sb.param if sb.master else 0)
+
+
+def stepped_tensors(s: StepSetup) -> tuple[int, ...]:
+    """Elements of each tensor the optimizer steps on its own: every parameter at stage 0 (the
+    engine hands the model's parameters to the optimizer); the rank's flat fp32 partition at stage 1/2
+    (stage_1_and_2.py `single_partition_of_fp32_groups`, one per parameter group); at stage 3 one flat
+    partition per sub-group, cut where the partition elements reach `sub_group_size`
+    (stage3.py `_create_fp16_sub_groups`)."""
+    if s.stage == 0:
+        return s.prep.backward_tensors
+    if s.stage in (1, 2):
+        return (s.prep.params // s.n,)
+    groups, size = [], 0
+    for numel in reversed(s.prep.backward_tensors):  # model order
+        size += -(-numel // s.n)
+        if size >= s.zero.sub_group_size:
+            groups.append(size)
+            size = 0
+    return (*groups, size) if size else tuple(groups)
+
+
+def fresh_step_buffers(s: StepSetup) -> float:
+    """Seconds of first touch (zerotune/model/host_memory.py) of the buffers a CPU host's optimizer step
+    allocates anew, per tensor stepped (`stepped_tensors`); 0 on a GPU and under optimizer offload
+    (DeepSpeed's CPU Adam updates in place, from the fp32 partition's own gradient buffer).
+
+    - stage 1-3: DeepSpeed first flattens the partition's gradients into a new tensor, then casts it to
+      the master dtype, a second new tensor unless the model already is fp32 (stage_1_and_2.py `step`:
+      `flatten(self.averaged_gradients[i])` then `.to(...)`; stage3.py
+      `_prepare_fp32_grad_for_sub_group`); a 16-bit model at stage 0 casts each gradient to an fp32
+      copy (fp16/unfused_optimizer.py `step`);
+    - the update: on a CPU host without offload the optimizer is a torch one (what `zerotune bench`
+      passes there, zerotune/bench/config.py), and torch's AdamW runs its single-tensor loop on CPU
+      (torch/optim/optimizer.py `_default_to_fused_or_foreach`: foreach kernels are for accelerator
+      devices only), which makes two temporaries of each stepped tensor in the master dtype
+      (torch/optim/adam.py `_single_tensor_adam`: `exp_avg_sq.sqrt()` and its quotient by the bias
+      correction), written whole."""
+    rate = s.first_touch_Bps
+    if not rate or s.zero.offload_optimizer.device != "none":
+        return 0.0
+    master = config_state_bytes(s.workload, s.zero, offload=False).master_width
+    seconds = 0.0
+    for numel in stepped_tensors(s):
+        buffers = [numel * master, numel * master]  # the update's two temporaries
+        if s.stage >= 1:
+            buffers.append(numel * s.elem_bytes)  # the flattened gradients
+        if s.elem_bytes != master:
+            buffers.append(numel * master)  # their cast to the master dtype
+        seconds += sum(fresh_write_s(b, b, rate) for b in buffers)
+    return seconds
 
 
 def optimizer_step(s: StepSetup, tl: Timeline) -> tuple[float, float]:
@@ -91,6 +146,9 @@ def optimizer_step(s: StepSetup, tl: Timeline) -> tuple[float, float]:
             "(grad norm, clipping and partition copies left out)"
         )
     tl.host(opt, "optimizer step" + (" (CPU Adam)" if offload or not hw.has_gpus else ""), "optimizer")
+    fresh = fresh_step_buffers(s)
+    if fresh:
+        tl.host(fresh, "first touch of the step's fresh buffers" if tl.detail else "", "copy")
     tl.host(transfer, "offload transfers", "offload")
     if s.stage in (1, 2) and s.n > 1:
         nbytes = s.prep.params * s.elem_bytes
@@ -102,4 +160,4 @@ def optimizer_step(s: StepSetup, tl: Timeline) -> tuple[float, float]:
             "step",
             concurrent=False,
         )
-    return opt, transfer
+    return opt + fresh, transfer
