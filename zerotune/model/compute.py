@@ -79,6 +79,7 @@ per-GPU work runs below them (issue 10), which shape points and calibration capt
 MATMUL_CEILING: dict[str, tuple[float, str]] = {
     "A100 SXM": (0.859, "267.9 of 312 TFLOP/s"),
     "H100 SXM": (0.801, "792.1 of 989 TFLOP/s"),
+    "B200 SXM": (1745 / 2250, "1745 of 2250 TFLOP/s"),
 }
 """Maximum achievable matmul FLOP/s (MAMF: the best large bf16 matmul measured) over the datasheet peak:
 stas00/ml-engineering compute/accelerator/README.md, 'Maximum Achievable Matmul FLOPS comparison table'."""
@@ -357,7 +358,7 @@ def attention_flops_rate(hardware: HardwareProfile, precision: str, attention: s
 ATTENTION_ANCHOR_GPU: dict[str, tuple[float, float, float, str]] = {
     "8.0": (312e12, 19.5e12, MATMUL_CEILING["A100 SXM"][0], "A100 SXM"),
     "9.0": (989.4e12, 66.9e12, MATMUL_CEILING["H100 SXM"][0], "H100 SXM"),
-    "10.0": (2250e12, 80e12, 1745 / 2250, "B200 SXM (matmul ceiling: stas00/ml-engineering MAMF, 1745 TFLOP/s)"),
+    "10.0": (2250e12, 80e12, MATMUL_CEILING["B200 SXM"][0], "B200 SXM"),
 }
 """The GPU each attention figure above was measured on, per compute capability: (dense 16-bit tensor peak, fp32
 peak, matmul ceiling as a fraction of the tensor peak, name); peaks from the datasheets (A100: 312 / 19.5, H100
