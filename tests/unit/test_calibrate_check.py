@@ -318,6 +318,36 @@ def test_expected_error_is_quoted_with_the_profile() -> None:
     assert expected_error(cpu_probe_profile())[0] == PROBE_ONLY_ERROR_PCT
 
 
+def test_predict_states_one_expected_error_for_a_job(cli, tmp_path) -> None:
+    """predict's step table, its closing line and its --json give the same expected error (issue 24: the
+    self-check's error is what predict, recommend and bench quote). A profile calibrated on this host
+    quotes its self-check, never the published GPU band; a catalog profile quotes its job's band."""
+    import json
+
+    from zerotune.catalog.hardware import dump_profile, load_profile
+    from zerotune.catalog.trust import quoted_error
+    from zerotune.model.band import expected_error as band_of
+
+    runs, names, core = synthetic_runs()
+    fitted = fit(runs, _with_memory(), names=names, predictor=stub(core)).profile
+    cal = fitted.calibration.model_copy(update={"expected_error_pct": 7.4})
+    path = tmp_path / "calibrated.yaml"
+    path.write_text(dump_profile(fitted.model_copy(update={"calibration": cal})))
+    catalog = load_profile("dgx-h100")
+    dense = band_of("dense")
+    assert dense is not None and round(dense.throughput * 100) != 7  # the two can be told apart
+    assert quoted_error(catalog, dense).throughput_pct == dense.throughput * 100
+    config = tmp_path / "ds.json"
+    config.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 2}}))
+    job = ("--model", "gpt2", "--gpus", "2", "--seq-len", "128", "--config", str(config))
+    for profile, pct in ((str(path), 7.4), ("dgx-h100", dense.throughput * 100)):
+        said = json.loads(cli("predict", *job, "--profile", profile, "--json").stdout)["expected_error"]
+        assert said["throughput"] == pytest.approx(pct / 100)
+        text = " ".join(cli("predict", *job, "--profile", profile).stdout.split())
+        assert f"+-{pct:.0f}% expected" in text and f"throughput ±{pct:.0f}%" in text
+        assert ("self-check" in text) == (profile == str(path))
+
+
 def test_bench_quotes_the_profiles_expected_error_next_to_its_prediction() -> None:
     from pathlib import Path
 

@@ -302,11 +302,14 @@ def test_predict_and_recommend_quote_the_calibrations_error_not_the_published_ba
     assert expected_error(fitted) == (stated, "calibrated on your run(s)")
     band = job_band(load_model("llama-7b"), _obs(2, Measured()).workload, False)
     assert band is not None and band.throughput * 100 != pytest.approx(stated)  # so the two can be told apart
-    line, doc = quoted_error(fitted, band)
+    quoted = quoted_error(fitted, band)
+    line, doc = quoted.line, quoted.doc
+    assert quoted.throughput_pct == pytest.approx(stated)
     assert f"±{stated:.0f}%" in line and "your run" in line and "not the published band" in line
     assert doc["throughput"] == pytest.approx(stated / 100) and doc["published_throughput"] == band.throughput
     assert doc["memory"] == band.memory  # no run states a memory error: the band's stays
-    assert quoted_error(base, band) == (band.line(), band.as_dict())  # a catalog profile: the band
+    catalog = quoted_error(base, band)  # a catalog profile: the band
+    assert (catalog.line, catalog.doc, catalog.throughput_pct) == (band.line(), band.as_dict(), band.throughput * 100)
     path = tmp_path / "from-log.yaml"
     path.write_text(dump_profile(fitted))
     job = ("--model", "llama-7b", "--profile", path, "--gpus", "8", "--seq-len", "2048")

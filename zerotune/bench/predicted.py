@@ -92,11 +92,13 @@ def _predict_step(result: BenchResult, hardware: Any) -> Prediction:
         return Prediction(note="no hardware profile: run `zerotune probe` or pass --profile")
     proxy = result.proxy
     workload = proxy_workload(proxy)
+    model = ModelSpec.model_validate(proxy.model)
+    zero = resolve(result.config).zero
     try:
         estimate = predict_step(
-            model=ModelSpec.model_validate(proxy.model),
+            model=model,
             workload=workload,
-            zero=resolve(result.config).zero,
+            zero=zero,
             hardware=hardware,
             detail=True,
         )
@@ -116,11 +118,13 @@ def _predict_step(result: BenchResult, hardware: Any) -> Prediction:
         )
         for c in getattr(estimate, "collectives", ())
     ]
-    from zerotune.catalog.trust import expected_error, provenance
+    from zerotune.catalog.trust import job_kind, provenance, quoted_error
+    from zerotune.model.band import job_band
 
-    band = expected_error(hardware)
+    offload = zero.offload_optimizer.device != "none" or zero.offload_param.device != "none"
+    kind = job_kind(model.name, zero.stage, zero.offload_optimizer.device, zero.offload_param.device, workload.activation_checkpointing)  # fmt: skip
     return Prediction(
-        expected_error_pct=band[0] if band else None,
+        expected_error_pct=quoted_error(hardware, job_band(model, workload, offload), kind).throughput_pct,
         step_time_s=predicted,
         phases=phases,
         collectives=calls,

@@ -4,6 +4,7 @@ profile, which predict, recommend and bench quote."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from zerotune.schema.hardware import HardwareProfile
@@ -73,28 +74,47 @@ def expected_error(profile: HardwareProfile, job: str | None = None) -> tuple[fl
     return CATALOG_ERROR_PCT, "catalog profile, leave-one-source-out: scripts/evidence/loso.py"
 
 
-def quoted_error(
-    profile: HardwareProfile, band: Band | None, job: str | None = None
-) -> tuple[str | None, dict[str, object] | None]:
-    """The expected error predict and recommend quote (a line, and the --json `expected_error`): the
-    published band of the job's category (zerotune/model/band.py), except that a profile whose
-    step-time numbers come from the user's own runs quotes its calibration's step-time error instead:
-    those numbers are the run's, not the published runs' (the band's memory part stays, said as such:
-    no run states a memory error). `job`: the predicted job's job_kind, for a one-run calibration's regime."""
+@dataclass(frozen=True)
+class Quoted:
+    """The expected error of one predicted job, as every command states it (predict's step table and
+    closing line, recommend, bench): one number, from one place (`quoted_error`)."""
+
+    throughput_pct: float | None
+    line: str | None
+    doc: dict[str, object] | None
+
+
+def quoted_error(profile: HardwareProfile, band: Band | None, job: str | None = None) -> Quoted:
+    """The expected error of a job predicted from `profile` (a line, the --json `expected_error`, and the
+    step-time percent). The published band of the job's category (zerotune/model/band.py) speaks for
+    catalog numbers only: a profile whose step-time numbers were measured on this machine (a
+    `zerotune calibrate` self-check, a probe) or on the user's own runs (`calibrate --from-log`, by the
+    job's kind `job`) quotes that evidence's error instead, since its numbers are not the published
+    runs'. The band's memory part stays, said as such: no calibration states a memory error."""
     yours = from_your_runs(profile, job)
-    if yours is None:
-        return (band.line(), band.as_dict()) if band else (None, None)
-    pct, method = yours
-    line = (
-        f"expected error: throughput ±{pct:.0f}% from this profile's calibration on your run(s) ({method}), "
-        "not the published band: its step-time numbers come from your run"
-    )
-    doc: dict[str, object] = {"throughput": pct / 100, "throughput_from": f"calibration on your run(s): {method}"}
+    if yours is None and profile.calibration is None and profile.origin != "probe":
+        if band is None or band.throughput is None:
+            pct = CATALOG_ERROR_PCT
+            line = f"expected error: throughput ±{pct:.0f}% (catalog profile, all published runs leave-one-source-out)"
+            return Quoted(pct, line, {"throughput": pct / 100, "throughput_from": "catalog profile: loso.py overall"})
+        return Quoted(band.throughput * 100, band.line(), band.as_dict())
+    if yours is not None:
+        pct, method = yours
+        said = f"from this profile's calibration on your run(s) ({method})"
+        whence = f"calibration on your run(s): {method}"
+    else:
+        stated = expected_error(profile)
+        if stated is None:  # a calibration made before the self-check existed: nothing to state
+            return Quoted(None, None, None)
+        pct, method = stated
+        said, whence = f"({method})", method
+    line = f"expected error: throughput ±{pct:.0f}% {said}, not the published band: its step-time numbers are not the published runs'"
+    doc: dict[str, object] = {"throughput": pct / 100, "throughput_from": whence}
     if band is not None:
         doc |= {"category": band.category, "memory": band.memory, "published_throughput": band.throughput}
         if band.memory is not None:
             line += f"; peak memory ±{band.memory:.0%} (the published {band.category} band)"
-    return line, doc
+    return Quoted(pct, line, doc)
 
 
 def provenance(profile: HardwareProfile) -> str:

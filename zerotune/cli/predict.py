@@ -117,11 +117,11 @@ def command(
     quoted = quoted_error(job.hardware, band, kind)
     if json_out:
         doc = render.payload(job, memory, estimate, verdict) | {"deepspeed_rejects": rejected}
-        doc["expected_error"] = quoted[1]
+        doc["expected_error"] = quoted.doc
         console.print_json(json.dumps(doc, indent=2))
     else:
-        render.report(console.out(), job, memory, estimate, verdict, width)
-        if quoted[0]:
-            console.out().print(quoted[0], markup=False)
+        render.report(console.out(), job, memory, estimate, verdict, width, quoted.throughput_pct)
+        if quoted.line:
+            console.out().print(quoted.line, markup=False)
     if rejected:
         raise typer.Exit(1)

@@ -141,9 +141,9 @@ def command(
     quoted = quoted_error(job.hardware, band, kind)
     if json_out:
         doc = to_json(rec, files=files, measured=measured)
-        doc["expected_error"] = quoted[1]
+        doc["expected_error"] = quoted.doc
         console.print_json(json.dumps(doc, indent=2))
     else:
         render.report(console.out(), rec, measured, files)
-        if quoted[0]:
-            console.out().print(quoted[0], markup=False)
+        if quoted.line:
+            console.out().print(quoted.line, markup=False)

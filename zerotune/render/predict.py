@@ -185,8 +185,12 @@ def header(job: Job) -> str:
     )
 
 
-def report(out: Console, job: Job, memory: MemoryEstimate, estimate: StepEstimate, verdict: Verdict, width: int | None) -> None:
-    """`zerotune predict`'s text report."""
+def report(
+    out: Console, job: Job, memory: MemoryEstimate, estimate: StepEstimate, verdict: Verdict, width: int | None,
+    expected_pct: float | None = None,
+) -> None:
+    """`zerotune predict`'s text report; `expected_pct`: the job's expected step-time error
+    (zerotune/catalog/trust.py quoted_error, whose line the command prints after the report)."""
     from rich.markup import escape
 
     out.print(escape(header(job)), soft_wrap=True)
@@ -195,10 +199,7 @@ def report(out: Console, job: Job, memory: MemoryEstimate, estimate: StepEstimat
         out.print(counters_line(memory), markup=False)
     for line in verdict_lines(verdict):
         out.print(line, markup=False, style="bold" if line.startswith("does NOT") else None)
-    from zerotune.catalog.trust import expected_error
-
-    band = expected_error(job.hardware)
-    expected = f"+-{band[0]:.0f}% expected" if band else ""  # where it comes from: the profile notice
+    expected = f"+-{expected_pct:.0f}% expected" if expected_pct is not None else ""
     out.print(step_table(estimate, title="one optimizer step", expected=expected))
     if estimate.collectives:
         out.print(collectives_table(estimate))
