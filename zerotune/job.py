@@ -19,7 +19,7 @@ from zerotune.errors import InputError
 from zerotune.model.fit import Verdict, fits
 from zerotune.model.memory import MemoryEstimate, estimate_memory
 from zerotune.schema.hardware import HardwareProfile
-from zerotune.schema.job import OPTIMIZERS, SAFETY_MARGIN, JobInputs
+from zerotune.schema.job import SAFETY_MARGIN, JobInputs, modelled_optimizer
 from zerotune.schema.model import ModelSpec
 from zerotune.schema.record import JobRecord
 from zerotune.schema.workload import Workload
@@ -186,12 +186,14 @@ def resolve_job(inputs: JobInputs, config: dict[str, Any] | None = None, record:
         )
         if recorded and resolved.micro_batch is None and resolved.train_batch_size is None:
             mb, ga = recorded.micro_batch, recorded.grad_accum
-        optimizer = (resolved.optimizer_type or inputs.optimizer or "adamw").lower()
+        optimizer, said = modelled_optimizer(resolved.optimizer_type, inputs.optimizer)
+        if said:
+            notices.append(said)
         update |= {
             "micro_batch": inputs.micro_batch or mb,
             "grad_accum": inputs.grad_accum or ga,
             "precision": resolved.precision,
-            "optimizer": optimizer if optimizer in OPTIMIZERS else "adamw",
+            "optimizer": optimizer,
             "autocast": options.get("autocast", resolved.autocast),
         }
     workload = base.model_copy(update=update)

@@ -479,3 +479,29 @@ def test_arbitrary_bytes_through_the_cli_exit_cleanly() -> None:
         )
         assert done.returncode in (0, 1, 2)
         assert b"Traceback" not in done.stderr
+
+
+def test_the_optimizer_is_said_once_and_an_unmodelled_one_is_named(tmp_path: Path, cli) -> None:
+    """diagnose takes --optimizer like predict, the config's `optimizer.type` wins where it names one, and
+    a type the model does not cost is costed as AdamW with a notice, in both commands (never silently)."""
+    from zerotune.model.states import MOMENT_BYTES
+    from zerotune.schema.job import modelled_optimizer
+
+    cfg = {"train_micro_batch_size_per_gpu": 16, "gradient_accumulation_steps": 1, "bf16": {"enabled": True},
+           "zero_optimization": {"stage": 2}}  # fmt: skip
+    path = tmp_path / "ds.json"
+    path.write_text(json.dumps(cfg))
+    run = {"model": "llama-7b", "config": str(path), "world_size": 8, "checkpointing": False}
+    adamw = diagnose(LLAMA_OOM.encode(), **run).memory.terms["optimizer_states"]
+    sgd = diagnose(LLAMA_OOM.encode(), **run, optimizer="sgd").memory.terms["optimizer_states"]
+    params = 6_738_415_616  # llama-7b (HF config counts)
+    per_rank = (MOMENT_BYTES["adamw"] - MOMENT_BYTES["sgd"]) * params / 8
+    assert adamw - sgd == pytest.approx(per_rank, rel=0.01)
+    assert modelled_optimizer("Lamb", None) == ("adam", "optimizer 'Lamb' keeps adam's state: costed as adam")
+    assert modelled_optimizer(None, "lion") == ("lion", None) and modelled_optimizer("AdamW", "sgd") == ("adamw", None)
+    path.write_text(json.dumps(cfg | {"optimizer": {"type": "Muon", "params": {"lr": 1e-3}}}))
+    report = diagnose(LLAMA_OOM.encode(), **run, optimizer="sgd")
+    assert report.memory.terms["optimizer_states"] == adamw  # the config's type wins over the flag
+    assert sum("'Muon' is not modelled" in n for n in report.notes) == 1
+    said = cli("predict", "--model", "llama-7b", "--profile", "dgx-h100", "--gpus", "8", "--config", path)
+    assert "'Muon' is not modelled: costed as AdamW" in " ".join(said.stderr.split())

@@ -52,6 +52,7 @@ def command(
             "--checkpointing/--no-checkpointing", help="Whether the run used activation checkpointing."
         ),
     ] = None,
+    optimizer: o.Optimizer = None,
     attention: o.Attention = None,
     liger: o.Liger = None,
     cross_entropy: o.CrossEntropy = None,
@@ -81,7 +82,7 @@ def command(
     for flag, value in (("--seq-len", seq_len), ("--world-size", world_size)):
         if value is not None and value < 1:
             raise InputError(f"{flag} must be at least 1, got {value}")
-    said = JobInputs(**o.workload_said(attention, liger, cross_entropy, swiglu, rmsnorm, rotary, packing, activation_offloading, zero_init, moe_impl, omp_threads, autocast))  # fmt: skip
+    said = JobInputs(optimizer=optimizer, **o.workload_said(attention, liger, cross_entropy, swiglu, rmsnorm, rotary, packing, activation_offloading, zero_init, moe_impl, omp_threads, autocast))  # fmt: skip
     said.check()
     targets = [] if out is None else [out, Path(f"{out}.reasons.md")]
     refuse_overwrite(*targets, force=force)
@@ -92,6 +93,7 @@ def command(
         seq_len=seq_len,
         world_size=world_size,
         checkpointing=checkpointing,
+        optimizer=optimizer,
         workload=tuple(said.workload_options().items()),
     )
     if log == "-":

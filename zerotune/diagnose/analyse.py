@@ -28,6 +28,8 @@ class Options:
     seq_len: int | None = None
     world_size: int | None = None
     checkpointing: bool | None = None
+    optimizer: str | None = None
+    """--optimizer: the optimizer when the config names none (JobInputs checks the name)."""
     workload: tuple[tuple[str, object], ...] = ()
     """The workload options said (JobInputs.workload_options: kernels, packing, offloading, MoE experts)."""
 
@@ -110,6 +112,7 @@ def read_job(scan: Scan, options: Options, notes: list[str]) -> explain.Job:
     elif isinstance(bench.get("activation_checkpointing"), bool):
         job.checkpointing, job.checkpointing_source = bench["activation_checkpointing"], where
     job.workload_options = dict(options.workload)
+    job.optimizer = options.optimizer
     if options.model is not None:
         from zerotune.catalog.models import load_model
 

@@ -16,6 +16,7 @@ from zerotune.diagnose.records import Scan
 from zerotune.diagnose.report import Diagnosis, MemoryCheck, StepCheck
 from zerotune.dsconfig.settings import ResolvedConfig, resolve
 from zerotune.schema.hardware import HardwareProfile
+from zerotune.schema.job import modelled_optimizer
 from zerotune.schema.model import ModelSpec
 from zerotune.schema.workload import Workload
 from zerotune.units import fmt_bytes
@@ -57,6 +58,8 @@ class Job:
     seq_source: str = "assumed"
     checkpointing: bool = True
     checkpointing_source: str = "assumed"
+    optimizer: str | None = None
+    """--optimizer: the optimizer when the config names none"""
     workload_options: dict[str, Any] = field(default_factory=dict)
     """The workload options said (kernels, packing, offloading, MoE experts): Workload fields."""
     ranks_per_node: int | None = None
@@ -107,7 +110,9 @@ def batch_of(r: ResolvedConfig, world: int) -> tuple[int, int]:
 def workload_for(config: dict[str, Any], job: Job) -> Workload:
     r = resolve(config)
     micro, accum = batch_of(r, job.world)
-    optimizer = (r.optimizer_type or "adamw").lower()
+    optimizer, said = modelled_optimizer(r.optimizer_type, job.optimizer)
+    if said and said not in job.notes:
+        job.notes.append(said)
     if job.ranks_per_node:
         per_node = min(job.world, job.ranks_per_node)
     elif job.hardware and job.hardware.gpus_per_node:
@@ -119,7 +124,7 @@ def workload_for(config: dict[str, Any], job: Job) -> Workload:
         micro_batch=micro,
         grad_accum=accum,
         precision=r.precision,
-        optimizer=optimizer if optimizer in ("adamw", "adam", "sgd", "lion", "adagrad") else "adamw",
+        optimizer=optimizer,
         activation_checkpointing=job.checkpointing,
         gpus_per_node=per_node,
         nodes=max(1, math.ceil(job.world / per_node)),

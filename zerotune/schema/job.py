@@ -9,6 +9,25 @@ from zerotune.errors import InputError
 
 PRECISIONS = ("bf16", "fp16", "fp32")
 OPTIMIZERS = ("adamw", "adam", "sgd", "lion", "adagrad")
+OPTIMIZER_STATE_TWINS = {"lamb": "adam", "muadam": "adam", "muadamw": "adamw", "musgd": "sgd"}
+"""DeepSpeed optimizer types (dsconfig/schema.py DEEPSPEED_OPTIMIZERS) that keep the state of one the model
+costs: FusedLamb keeps Adam's two moments (deepspeed/ops/lamb/fused_lamb.py: exp_avg, exp_avg_sq); mup's
+MuAdam/MuAdamW/MuSGD are torch's Adam/AdamW/SGD with per-group learning rates (the `mup` package)."""
+
+
+def modelled_optimizer(config_type: str | None, said: str | None) -> tuple[str, str | None]:
+    """The optimizer the model costs for a job (the config's `optimizer.type`, else --optimizer, else AdamW,
+    HF Trainer's default) and a notice when the config names one it does not model (never silently)."""
+    name = (config_type or said or "adamw").lower()
+    if name in OPTIMIZERS:
+        return name, None
+    if name in OPTIMIZER_STATE_TWINS:
+        twin = OPTIMIZER_STATE_TWINS[name]
+        return twin, f"optimizer {config_type!r} keeps {twin}'s state: costed as {twin}"
+    return "adamw", (
+        f"optimizer {config_type!r} is not modelled: costed as AdamW (8 B of fp32 moments per parameter); "
+        f"its own state and step time may differ"
+    )
 # The workload options' values, as zerotune.schema.workload spells them (a test holds the two equal).
 ATTENTIONS = ("sdpa", "flash", "flash3", "flash4", "eager")
 CROSS_ENTROPIES = ("fp32", "native", "fused", "fused_linear")
