@@ -78,13 +78,33 @@ def test_a_four_gpu_oom_is_judged_at_world_four() -> None:
         "[INFO] [config.py:1000:print]   world_size ................... 4\n"
         f"[INFO] [config.py:1001:print_user_config]   json = {STAGE2_DUMP}\n"
     )
-    at_four = diagnose((head + OPTIMIZER_OOM).encode(), model="llama-7b", checkpointing=True)
+    # no margin: what is tested here is the world size (the margin's effect: the test below)
+    at_four = diagnose((head + OPTIMIZER_OOM).encode(), model="llama-7b", checkpointing=True, margin=0.0)
     facts = {f.name: f for f in at_four.facts}
     assert facts["world_size (used)"].value == 4 and facts["world_size (used)"].source == "log:1"
     assert at_four.fix is not None and at_four.fix.checked
     assert [(c.key, c.old, c.new) for c in at_four.fix.changes] == [("zero_optimization.stage", 2, 3)]
-    at_one = diagnose((head.splitlines(keepends=True)[1] + OPTIMIZER_OOM).encode(), model="llama-7b")
+    at_one = diagnose((head.splitlines(keepends=True)[1] + OPTIMIZER_OOM).encode(), model="llama-7b", margin=0.0)
     assert "zero_optimization.stage" not in [c.key for c in at_one.fix.changes]
+
+
+def test_a_fix_fits_with_the_margin_predict_judges_by() -> None:
+    """diagnose's fix passes the verdict predict gives the fixed job (zerotune/model/fit.py): the default
+    safety margin on top of the predicted peak plus what the OOM showed the model missing. Stage 3 brings
+    this job to 74.5 GiB of 79.15 (fits bare, not with 10% on top), so the default fix offloads instead."""
+    from zerotune.model.fit import padded
+    from zerotune.schema.job import SAFETY_MARGIN
+
+    head = (
+        "[INFO] [config.py:1000:print]   world_size ................... 4\n"
+        f"[INFO] [config.py:1001:print_user_config]   json = {STAGE2_DUMP}\n"
+    )
+    bare = diagnose((head + OPTIMIZER_OOM).encode(), model="llama-7b", checkpointing=True, margin=0.0).fix
+    said = diagnose((head + OPTIMIZER_OOM).encode(), model="llama-7b", checkpointing=True).fix
+    assert padded(bare.predicted_bytes, SAFETY_MARGIN) > bare.capacity_bytes >= bare.predicted_bytes
+    assert padded(said.predicted_bytes, SAFETY_MARGIN) <= said.capacity_bytes
+    assert [c.key for c in said.changes] == ["zero_optimization.offload_optimizer"]
+    assert f"with a {SAFETY_MARGIN:.0%} margin" in said.text
 
 
 def test_without_model_the_fix_follows_from_phase_and_world() -> None:

@@ -53,6 +53,7 @@ def command(
         ),
     ] = None,
     optimizer: o.Optimizer = None,
+    margin: o.Margin = None,
     attention: o.Attention = None,
     liger: o.Liger = None,
     cross_entropy: o.CrossEntropy = None,
@@ -82,7 +83,7 @@ def command(
     for flag, value in (("--seq-len", seq_len), ("--world-size", world_size)):
         if value is not None and value < 1:
             raise InputError(f"{flag} must be at least 1, got {value}")
-    said = JobInputs(optimizer=optimizer, **o.workload_said(attention, liger, cross_entropy, swiglu, rmsnorm, rotary, packing, activation_offloading, zero_init, moe_impl, omp_threads, autocast))  # fmt: skip
+    said = JobInputs(optimizer=optimizer, margin=margin, **o.workload_said(attention, liger, cross_entropy, swiglu, rmsnorm, rotary, packing, activation_offloading, zero_init, moe_impl, omp_threads, autocast))  # fmt: skip
     said.check()
     targets = [] if out is None else [out, Path(f"{out}.reasons.md")]
     refuse_overwrite(*targets, force=force)
@@ -94,6 +95,7 @@ def command(
         world_size=world_size,
         checkpointing=checkpointing,
         optimizer=optimizer,
+        margin=margin,
         workload=tuple(said.workload_options().items()),
     )
     if log == "-":

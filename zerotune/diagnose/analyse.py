@@ -30,6 +30,8 @@ class Options:
     checkpointing: bool | None = None
     optimizer: str | None = None
     """--optimizer: the optimizer when the config names none (JobInputs checks the name)."""
+    margin: float | None = None
+    """--margin: the safety margin a fix must fit with (default SAFETY_MARGIN, as predict)."""
     workload: tuple[tuple[str, object], ...] = ()
     """The workload options said (JobInputs.workload_options: kernels, packing, offloading, MoE experts)."""
 
@@ -113,6 +115,8 @@ def read_job(scan: Scan, options: Options, notes: list[str]) -> explain.Job:
         job.checkpointing, job.checkpointing_source = bench["activation_checkpointing"], where
     job.workload_options = dict(options.workload)
     job.optimizer = options.optimizer
+    if options.margin is not None:
+        job.margin = options.margin
     if options.model is not None:
         from zerotune.catalog.models import load_model
 

@@ -16,7 +16,7 @@ from zerotune.diagnose.records import Scan
 from zerotune.diagnose.report import Diagnosis, MemoryCheck, StepCheck
 from zerotune.dsconfig.settings import ResolvedConfig, resolve
 from zerotune.schema.hardware import HardwareProfile
-from zerotune.schema.job import modelled_optimizer
+from zerotune.schema.job import SAFETY_MARGIN, modelled_optimizer
 from zerotune.schema.model import ModelSpec
 from zerotune.schema.workload import Workload
 from zerotune.units import fmt_bytes
@@ -60,6 +60,8 @@ class Job:
     checkpointing_source: str = "assumed"
     optimizer: str | None = None
     """--optimizer: the optimizer when the config names none"""
+    margin: float = SAFETY_MARGIN
+    """--margin: the safety margin a fix must fit with (predict's verdict, zerotune/model/fit.py)"""
     workload_options: dict[str, Any] = field(default_factory=dict)
     """The workload options said (kernels, packing, offloading, MoE experts): Workload fields."""
     ranks_per_node: int | None = None
@@ -137,6 +139,36 @@ def _terms(breakdown: Any) -> dict[str, int]:
     return terms
 
 
+def _most_live(est: Any, term: str) -> int:
+    """The most bytes of `term` live at any point of the step (the memory model's timeline): what the
+    OOM's phase allocates, which the peak's breakdown may not hold (activations are freed before an
+    optimizer-step peak)."""
+    kinds = ("params", "gradients", "optimizer_states") if term == "model_states" else (term,)
+    if not est.timeline:
+        return sum(getattr(est.per_gpu, k) for k in kinds)
+    return max(sum(p.by_kind(k) for k in kinds) for p in est.timeline)
+
+
+PHASE_GROUPS = {
+    "activations_forward": ("forward",),
+    "activations_backward": ("backward",),
+    "param_gather": ("forward", "backward"),
+    "gradient_buckets": ("backward",),
+    "optimizer_states": ("step",),
+    "init": ("init",),
+}
+"""The intervals of the memory model's timeline (zerotune.model.live_bytes Phase.group) in which each OOM
+phase allocates."""
+
+
+def live_in(est: Any, oom_phase: str | None) -> int:
+    """The most bytes the model has live in the OOM's phase: what the run's in-use bytes compare with
+    there (the step's peak may be in another phase); the peak when the phase is unknown."""
+    groups = PHASE_GROUPS.get(oom_phase or "")
+    live = [p.total for p in est.timeline if groups and p.group in groups]
+    return max(live) if live else est.per_gpu.total
+
+
 def observed_need(d: Diagnosis) -> int | None:
     """Bytes the failing allocation needed in total, from the OOM text: in use + tried. In use is
     capacity − free where both are given (it counts non-PyTorch memory too), else allocated."""
@@ -164,16 +196,14 @@ def memory_check(job: Job, d: Diagnosis) -> tuple[MemoryCheck, int] | None:
     term = PHASE_TERM.get(phase or "")
     if term is None:
         term = max((k for k in terms if k != "overhead"), key=lambda k: terms[k])
-    term_bytes = (
-        terms["params"] + terms["gradients"] + terms["optimizer_states"]
-        if term == "model_states"
-        else terms[term]
-    )
+    term_bytes = _most_live(est, term)
     need = observed_need(d)
-    gap = max(0, need - total) if need is not None else 0
+    live = live_in(est, phase)
+    gap = max(0, need - live) if need is not None else 0
     capacity = job.capacity
     parts = ", ".join(f"{k.replace('_', ' ')} {fmt_bytes(v)}" for k, v in terms.items())
-    text = f"zerotune's memory model puts this job at {fmt_bytes(total)} per GPU ({parts})"
+    at = f" at its peak ({est.peak_phase.name.replace('_', ' ')}: {parts})" if est.peak_phase else f" ({parts})"
+    text = f"zerotune's memory model puts this job at {fmt_bytes(total)} per GPU{at}"
     if capacity:
         if total > capacity:
             text += f", {fmt_bytes(total - capacity)} more than the {fmt_bytes(capacity)} GPU"
@@ -188,7 +218,7 @@ def memory_check(job: Job, d: Diagnosis) -> tuple[MemoryCheck, int] | None:
         if gap > 0:
             text += (
                 f" The run needed at least {fmt_bytes(need)} (in use + the failed request): {fmt_bytes(gap)} more "
-                "than the model predicts (memory it does not see: another model copy, longer sequences than "
+                f"than the model has live then ({fmt_bytes(live)}; memory it does not see: another model copy, longer sequences than "
                 f"--seq-len {job.seq_len}, fragmentation); a fix is checked with that gap added."
             )
         else:
@@ -200,6 +230,7 @@ def memory_check(job: Job, d: Diagnosis) -> tuple[MemoryCheck, int] | None:
         overflowing_term=term,
         phase_term_bytes=term_bytes,
         observed_need_bytes=need,
+        phase_live_bytes=live,
         model_gap_bytes=gap,
         text=text,
     )

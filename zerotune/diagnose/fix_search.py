@@ -15,7 +15,7 @@ import itertools
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from zerotune.diagnose.explain import Job, batch_of, workload_for
+from zerotune.diagnose.explain import Job, batch_of, live_in, workload_for
 from zerotune.diagnose.report import Change, Diagnosis, FixOut
 from zerotune.dsconfig.settings import ALIASES, ZeroSettings, resolve
 from zerotune.units import fmt_bytes, fmt_count
@@ -197,7 +197,8 @@ ORDER: dict[str, tuple[Knob, ...]] = {
 offload last. A saved checkpoint's gather is not a config-size problem: no search there."""
 
 
-def _evaluate(job: Job, config: dict[str, Any], ckpt: bool, gap: int) -> tuple[int, bool]:
+def _evaluate(job: Job, config: dict[str, Any], ckpt: bool, gap: int, phase: str | None = None) -> tuple[int, bool]:
+    from zerotune.model.fit import padded, rejects
     from zerotune.model.memory import estimate_memory
 
     saved = job.checkpointing
@@ -207,8 +208,12 @@ def _evaluate(job: Job, config: dict[str, Any], ckpt: bool, gap: int) -> tuple[i
     finally:
         job.checkpointing = saved
     est = estimate_memory(job.spec, workload, resolve(config).zero, hardware=job.hardware)  # type: ignore[arg-type]
-    fits = est.headroom_bytes is not None and est.headroom_bytes - gap >= 0
-    return est.per_gpu.total + gap, fits
+    # the verdict of predict (zerotune/model/fit.py) with the bytes the OOM showed the model missing on
+    # top of what it has live in the OOM's phase: the same margin on the GPU, and the node's host RAM for
+    # what an offload fix moves there
+    total = max(est.per_gpu.total, live_in(est, phase) + gap)
+    host = rejects(est, job.hardware, workload.gpus_per_node, job.margin) == "host"  # type: ignore[arg-type]
+    return total, job.capacity is not None and padded(total, job.margin) <= job.capacity and not host
 
 
 def find_fix(job: Job, d: Diagnosis, gap: int) -> tuple[dict[str, Any], bool, list[Change], int] | None:
@@ -225,7 +230,7 @@ def find_fix(job: Job, d: Diagnosis, gap: int) -> tuple[dict[str, Any], bool, li
                 cfg, new_ckpt, changes = edit
                 if len(changes) > MAX_KNOBS:
                     continue
-                total, fits = _evaluate(job, cfg, new_ckpt, gap)
+                total, fits = _evaluate(job, cfg, new_ckpt, gap, d.oom.phase)
                 if fits:
                     return cfg, new_ckpt, changes, total
     return None
@@ -251,6 +256,7 @@ def fix_report(job: Job, d: Diagnosis, gap: int) -> tuple[FixOut, dict[str, Any]
     text = (
         f"Changing {len(changes)} key{'s' if len(changes) > 1 else ''} ({keys}) brings the predicted peak to "
         f"{fmt_bytes(total)} of {fmt_bytes(job.capacity or 0)}"
+        + (f" with a {job.margin:.0%} margin" if job.margin else "")
         + (f" (including the {fmt_bytes(gap)} the model does not see)" if gap else "")
         + "."
     )

@@ -126,7 +126,12 @@ class MemoryCheck(_Model):
     observed_need_bytes: int | None = Field(
         None, description="allocated + reserved + tried from the OOM text"
     )
-    model_gap_bytes: int = Field(0, description="observed need − prediction, carried into the fix check")
+    phase_live_bytes: int | None = Field(
+        None, description="the most bytes the model has live in the OOM's phase (the peak when it is unknown)"
+    )
+    model_gap_bytes: int = Field(
+        0, description="observed need − phase_live_bytes, added to that phase in the fix check"
+    )
     text: str
 
 
