@@ -237,7 +237,6 @@ def _fill_auto(config, inputs, spec, hardware, recorded, record, world_size, not
     """HF Trainer fills "auto" values from TrainingArguments and the hidden size before DeepSpeed sees
     the config (dsconfig/hf_auto.py): model what will run, not DeepSpeed's defaults."""
     from zerotune.dsconfig import hf_auto
-    from zerotune.dsconfig.emit import OPTIMIZER_PARAMS
 
     if next(hf_auto.auto_pointers(config), None) is None:
         return config
@@ -249,16 +248,7 @@ def _fill_auto(config, inputs, spec, hardware, recorded, record, world_size, not
         notices.append(f'precision "auto": assumed {prec} (HF --{prec}); pass --precision to change')
     mb = inputs.micro_batch or (recorded.micro_batch if recorded else 1)
     ga = inputs.grad_accum or (recorded.grad_accum if recorded else 1)
-    values: dict[str, Any] = {
-        "/train_batch_size": mb * ga * world_size,
-        "/train_micro_batch_size_per_gpu": mb,
-        "/gradient_accumulation_steps": ga,
-        "/gradient_clipping": 1.0,  # TrainingArguments.max_grad_norm's default
-        "/bf16/enabled": prec == "bf16",
-        "/fp16/enabled": prec == "fp16",
-        **{f"/optimizer/params/{k}": v for k, v in OPTIMIZER_PARAMS.items()},
-        **{f"/zero_optimization/{k}": v for k, v in hf_auto.hf_hidden_size_values(spec).items()},
-    }
+    values = hf_auto.trainer_values(spec, precision=prec, micro_batch=mb, grad_accum=ga, world_size=world_size)
     if record and record.hf_values and inputs.micro_batch is None and inputs.grad_accum is None and inputs.precision is None:
         values.update(record.hf_values)
     return hf_auto.fill(config, values)

@@ -510,3 +510,43 @@ def test_the_optimizer_is_said_once_and_an_unmodelled_one_is_named(tmp_path: Pat
     assert sum("'Muon' is not modelled" in n for n in report.notes) == 1
     said = cli("predict", "--model", "llama-7b", "--profile", "dgx-h100", "--gpus", "8", "--config", path)
     assert "'Muon' is not modelled: costed as AdamW" in " ".join(said.stderr.split())
+
+
+HF_OOM = (
+    "[INFO|trainer.py:2082] >>   Instantaneous batch size per device = 4\n"
+    "[INFO|trainer.py:2084] >>   Total train batch size (w. parallel, distributed & accumulation) = 64\n"
+    "[INFO|trainer.py:2085] >>   Gradient Accumulation steps = 2\n"
+    "[INFO] [logging.py:107:log_dist] [Rank 0] Creating torch.bfloat16 ZeRO stage 2 optimizer\n" + LLAMA_OOM
+)
+HF_AUTO = {"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto", "train_batch_size": "auto",
+           "bf16": {"enabled": "auto"}, "zero_optimization": {"stage": 2, "reduce_bucket_size": "auto"}}  # fmt: skip
+
+
+def test_an_hf_config_is_modelled_as_the_trainer_filled_it(tmp_path: Path, cli) -> None:
+    """An HF Trainer run's "auto" config is read the way predict reads it (dsconfig/hf_auto.py
+    trainer_values): precision, micro-batch and accumulation from the log's own lines (else the flags),
+    buckets from the hidden size; DeepSpeed's defaults (fp32, micro-batch 1) are not what ran. The
+    corrected config keeps the "auto" keys and validate judges it as HF's."""
+    from zerotune.catalog.models import load_model
+    from zerotune.dsconfig import hf_auto
+
+    path = tmp_path / "ds.json"
+    path.write_text(json.dumps(HF_AUTO))
+    job = ("--model", "llama-7b", "--seq-len", "2048", "--checkpointing", "--profile", "dgx-h100")
+    report = diagnose(HF_OOM.encode(), model="llama-7b", config=str(path), seq_len=2048, checkpointing=True)
+    filled = hf_auto.fill(HF_AUTO, hf_auto.trainer_values(load_model("llama-7b"), precision="bf16", micro_batch=4,
+                                                          grad_accum=2, world_size=8))  # fmt: skip
+    filled_path = tmp_path / "filled.json"
+    filled_path.write_text(json.dumps(filled))
+    said = json.loads(cli("predict", *job, "--gpus", "8", "--config", filled_path, "--margin", "0", "--json").stdout)
+    assert report.memory.predicted_bytes == said["memory"]["per_gpu_bytes"]  # the same job as predict's
+    assert any("micro_batch 4 (log:1)" in n and "precision bf16 (log:4)" in n for n in report.notes)
+    assert not [f for f in report.lint if f.code == "ZT801"]  # HF fills those "auto" keys
+    options = Options(model="llama-7b", config=str(path), seq_len=2048, checkpointing=False)
+    _, fixed = analyse(io.BytesIO(HF_OOM.encode()), "hf.log", options)
+    assert fixed is not None and fixed["train_micro_batch_size_per_gpu"] == "auto"  # HF's keys stay HF's
+    flagged = diagnose(HF_OOM.encode(), model="llama-7b", config=str(path), seq_len=2048, checkpointing=True,
+                       micro_batch=2)  # fmt: skip
+    assert flagged.memory.predicted_bytes < report.memory.predicted_bytes  # the flag wins over the log
+    bare = diagnose(LLAMA_OOM.encode(), model="llama-7b", config=str(path), seq_len=2048, world_size=8)
+    assert any("micro_batch 1 (assumed: pass --micro-batch)" in n for n in bare.notes)

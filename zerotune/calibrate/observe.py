@@ -8,11 +8,10 @@ from pathlib import Path
 
 from zerotune.calibrate.observation import Observation
 from zerotune.diagnose import explain
-from zerotune.diagnose.analyse import Options, read_job
+from zerotune.diagnose.analyse import Options, hf_said, read_job
 from zerotune.diagnose.measure import Measured, from_scan
 from zerotune.diagnose.records import Scan
 from zerotune.diagnose.scan import scan_stream
-from zerotune.dsconfig.settings import resolve
 from zerotune.errors import InputError
 from zerotune.schema.hardware import HardwareProfile
 
@@ -32,6 +31,7 @@ def _observation(label: str, scan: Scan, measured: Measured, options: Options, p
     if job.spec is None:
         raise InputError(f"{label}: the log names no model zerotune knows", hint="pass --model (catalog name or config.json)")
     job.hardware = profile
+    explain.fill_hf(job, scan, hf_said(options), notes)
     try:
         workload = explain.workload_for(job.config, job)
     except (ValueError, TypeError) as exc:
@@ -47,7 +47,7 @@ def _observation(label: str, scan: Scan, measured: Measured, options: Options, p
         f"seq_len {job.seq_len} ({job.seq_source})",
         f"checkpointing {job.checkpointing} ({job.checkpointing_source})",
     ]
-    return Observation(label, job.spec, workload, resolve(job.config).zero, measured, said)
+    return Observation(label, job.spec, workload, explain.resolved(job.config, job).zero, measured, said)
 
 
 def observations(

@@ -52,6 +52,9 @@ def command(
             "--checkpointing/--no-checkpointing", help="Whether the run used activation checkpointing."
         ),
     ] = None,
+    precision: o.Precision = None,
+    micro_batch: o.MicroBatch = None,
+    grad_accum: o.GradAccum = None,
     optimizer: o.Optimizer = None,
     margin: o.Margin = None,
     attention: o.Attention = None,
@@ -83,7 +86,7 @@ def command(
     for flag, value in (("--seq-len", seq_len), ("--world-size", world_size)):
         if value is not None and value < 1:
             raise InputError(f"{flag} must be at least 1, got {value}")
-    said = JobInputs(optimizer=optimizer, margin=margin, **o.workload_said(attention, liger, cross_entropy, swiglu, rmsnorm, rotary, packing, activation_offloading, zero_init, moe_impl, omp_threads, autocast))  # fmt: skip
+    said = JobInputs(precision=precision, micro_batch=micro_batch, grad_accum=grad_accum, optimizer=optimizer, margin=margin, **o.workload_said(attention, liger, cross_entropy, swiglu, rmsnorm, rotary, packing, activation_offloading, zero_init, moe_impl, omp_threads, autocast))  # fmt: skip
     said.check()
     targets = [] if out is None else [out, Path(f"{out}.reasons.md")]
     refuse_overwrite(*targets, force=force)
@@ -96,6 +99,9 @@ def command(
         checkpointing=checkpointing,
         optimizer=optimizer,
         margin=margin,
+        precision=precision,
+        micro_batch=micro_batch,
+        grad_accum=grad_accum,
         workload=tuple(said.workload_options().items()),
     )
     if log == "-":

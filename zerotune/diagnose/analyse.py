@@ -32,6 +32,11 @@ class Options:
     """--optimizer: the optimizer when the config names none (JobInputs checks the name)."""
     margin: float | None = None
     """--margin: the safety margin a fix must fit with (default SAFETY_MARGIN, as predict)."""
+    precision: str | None = None
+    micro_batch: int | None = None
+    grad_accum: int | None = None
+    """--precision, --micro-batch, --grad-accum: what HF Trainer fills into a config's "auto" keys,
+    where the log does not print it (explain.fill_hf)."""
     workload: tuple[tuple[str, object], ...] = ()
     """The workload options said (JobInputs.workload_options: kernels, packing, offloading, MoE experts)."""
 
@@ -138,6 +143,10 @@ def read_job(scan: Scan, options: Options, notes: list[str]) -> explain.Job:
     return job
 
 
+def hf_said(options: Options) -> dict[str, Any]:
+    return {"precision": options.precision, "micro_batch": options.micro_batch, "grad_accum": options.grad_accum}
+
+
 def analyse(stream: BinaryIO, name: str, options: Options) -> tuple[Report, dict[str, Any] | None]:
     scan = scan_stream(stream)
     notes: list[str] = []
@@ -150,6 +159,7 @@ def analyse(stream: BinaryIO, name: str, options: Options) -> tuple[Report, dict
         or (job.spec is not None and job.config is not None)
     ):
         job.hardware = _hardware(job, options.profile, oom_capacity, notes)
+    explain.fill_hf(job, scan, hf_said(options), notes)
 
     report = Report(
         log=name,
@@ -200,7 +210,7 @@ def _explain(
     elif job.config is not None and "reconstructed" not in job.config_source:
         report.lint = [
             f
-            for f in rejected.lint_config(job.config, world=job.world, seq_len=job.seq_len)
+            for f in rejected.lint_config(job.config, world=job.world, seq_len=job.seq_len, hf=bool(job.hf_values))
             if f.severity != "info"
         ]
 
@@ -241,7 +251,7 @@ def _explain(
             if candidate is not None:
                 errors = [
                     f.code
-                    for f in rejected.lint_config(candidate, world=job.world, seq_len=job.seq_len)
+                    for f in rejected.lint_config(candidate, world=job.world, seq_len=job.seq_len, hf=bool(job.hf_values))
                     if f.severity == "error"
                 ]
                 report.fix.text += (  # type: ignore[union-attr]
@@ -359,7 +369,7 @@ def _facts(scan: Scan, job: explain.Job, options: Options) -> list[FactOut]:
         )
     if job.config is not None:
         out.append(FactOut(name="config", value="DeepSpeed config", source=job.config_source))
-        r = resolve(job.config)
+        r = explain.resolved(job.config, job)
         out.append(FactOut(name="zero_stage (config)", value=r.zero.stage, source=job.config_source))
         out.append(FactOut(name="precision (config)", value=r.precision, source=job.config_source))
     if job.spec is not None:

@@ -62,6 +62,8 @@ class Job:
     """--optimizer: the optimizer when the config names none"""
     margin: float = SAFETY_MARGIN
     """--margin: the safety margin a fix must fit with (predict's verdict, zerotune/model/fit.py)"""
+    hf_values: dict[str, Any] = field(default_factory=dict)
+    """What HF Trainer puts into the config's "auto" keys for this job (`fill_hf`); empty without them"""
     workload_options: dict[str, Any] = field(default_factory=dict)
     """The workload options said (kernels, packing, offloading, MoE experts): Workload fields."""
     ranks_per_node: int | None = None
@@ -102,6 +104,49 @@ def reconstruct_config(scan: Scan) -> dict[str, Any] | None:
     return config
 
 
+HF_PRECISIONS = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float32": "fp32", "float": "fp32"}
+"""torch dtype names in DeepSpeed's "Creating <dtype> ZeRO stage" line -> the config's precision."""
+
+
+def fill_hf(job: Job, scan: Scan, said: dict[str, Any], notes: list[str]) -> None:
+    """The values HF Trainer fills into the config's "auto" keys (dsconfig/hf_auto.py trainer_values,
+    the reading predict makes of the same config), from the flags (`said`: precision, micro_batch,
+    grad_accum), else what the log prints (HF's "Instantaneous batch size per device", "Gradient
+    Accumulation steps", DeepSpeed's "Creating <dtype> ZeRO stage"), else assumed and said so."""
+    from zerotune.dsconfig import hf_auto
+
+    if job.config is None or job.spec is None or next(hf_auto.auto_pointers(job.config), None) is None:
+        return
+    facts, how = scan.facts, []
+
+    def pick(name: str, fact: str, default: Any, read=lambda v: v) -> Any:
+        if said.get(name) is not None:
+            how.append(f"{name} {said[name]} (--{name.replace('_', '-')})")
+            return said[name]
+        if fact in facts and read(facts[fact].value) is not None:
+            value = read(facts[fact].value)
+            how.append(f"{name} {value} (log:{facts[fact].line.number})")
+            return value
+        how.append(f"{name} {default} (assumed: pass --{name.replace('_', '-')})")
+        return default
+
+    default_precision = job.hardware.default_precision if job.hardware is not None else "bf16"
+    precision = pick("precision", "precision", default_precision, lambda v: HF_PRECISIONS.get(str(v).lower()))
+    micro = pick("micro_batch", "micro_batch", 1, int)
+    accum = pick("grad_accum", "grad_accum", 1, int)
+    job.hf_values = hf_auto.trainer_values(job.spec, precision=precision, micro_batch=micro, grad_accum=accum, world_size=job.world)
+    notes.append(f'the config has "auto" values: modelled as HF Trainer fills them ({", ".join(how)})')
+
+
+def resolved(config: dict[str, Any], job: Job) -> ResolvedConfig:
+    """`config` as the run had it: its "auto" keys filled as HF Trainer fills them for this job."""
+    if job.hf_values:
+        from zerotune.dsconfig import hf_auto
+
+        config = hf_auto.fill(config, job.hf_values)
+    return resolve(config)
+
+
 def batch_of(r: ResolvedConfig, world: int) -> tuple[int, int]:
     """(micro-batch, gradient accumulation) the way DeepSpeed infers them from the config."""
     from zerotune.job import batch_triple  # DeepSpeed's batch inference, stated once there
@@ -110,7 +155,7 @@ def batch_of(r: ResolvedConfig, world: int) -> tuple[int, int]:
 
 
 def workload_for(config: dict[str, Any], job: Job) -> Workload:
-    r = resolve(config)
+    r = resolved(config, job)
     micro, accum = batch_of(r, job.world)
     optimizer, said = modelled_optimizer(r.optimizer_type, job.optimizer)
     if said and said not in job.notes:
@@ -189,7 +234,7 @@ def memory_check(job: Job, d: Diagnosis) -> tuple[MemoryCheck, int] | None:
     if job.config is None or job.spec is None or job.hardware is None:
         return None
     workload = workload_for(job.config, job)
-    est = estimate_memory(job.spec, workload, resolve(job.config).zero, hardware=job.hardware)
+    est = estimate_memory(job.spec, workload, resolved(job.config, job).zero, hardware=job.hardware)
     terms = _terms(est.per_gpu)
     total = est.per_gpu.total
     phase = d.oom.phase if d.oom else None
@@ -253,7 +298,7 @@ def step_check(job: Job, scan: Scan) -> StepCheck | None:
         return None
     measured = mean["fwd"] + mean["bwd"] + mean.get("step", 0.0)
     exposed = mean.get("bwd_allreduce")
-    est = predict_step(job.spec, workload_for(job.config, job), resolve(job.config).zero, job.hardware)
+    est = predict_step(job.spec, workload_for(job.config, job), resolved(job.config, job).zero, job.hardware)
     predicted = est.step_time_s * 1000
     text = (
         f"Measured step {measured:.0f} ms (mean of wall_clock_breakdown), predicted {predicted:.0f} ms on "
@@ -287,7 +332,7 @@ def host_memory_text(job: Job) -> str:
     from zerotune.model.memory import estimate_memory
 
     workload = workload_for(job.config or {}, job)
-    est = estimate_memory(job.spec, workload, resolve(job.config or {}).zero, hardware=job.hardware)  # type: ignore[arg-type]
+    est = estimate_memory(job.spec, workload, resolved(job.config or {}, job).zero, hardware=job.hardware)  # type: ignore[arg-type]
     text = f"zerotune's memory model: this job's offload needs {fmt_bytes(est.cpu_bytes_per_node)} of host RAM per node"
     ram = job.hardware.host.ram_bytes if job.hardware is not None else None
     if ram:

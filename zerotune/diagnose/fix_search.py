@@ -15,9 +15,9 @@ import itertools
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from zerotune.diagnose.explain import Job, batch_of, live_in, workload_for
+from zerotune.diagnose.explain import Job, batch_of, live_in, resolved, workload_for
 from zerotune.diagnose.report import Change, Diagnosis, FixOut
-from zerotune.dsconfig.settings import ALIASES, ZeroSettings, resolve
+from zerotune.dsconfig.settings import ALIASES, ZeroSettings
 from zerotune.units import fmt_bytes, fmt_count
 
 DS_MAX_LIVE = ZeroSettings().max_live_parameters
@@ -54,7 +54,7 @@ def knob_micro_batch(config: dict[str, Any], ckpt: bool, job: Job) -> Iterator[E
     concrete value in the JSON would make HF refuse the config."""
     if config.get("train_micro_batch_size_per_gpu") == "auto":
         return
-    micro, accum = batch_of(resolve(config), job.world)
+    micro, accum = batch_of(resolved(config, job), job.world)
     new = micro // 2
     while new >= 1:
         cfg = copy.deepcopy(config)
@@ -120,7 +120,7 @@ def _zero_edit(
 def knob_stage3_gather(config: dict[str, Any], ckpt: bool, job: Job) -> Iterator[Edit]:
     """Fewer gathered parameters at once: smaller prefetch bucket and max live parameters, mildest
     first: halves and quarters of the current values, DeepSpeed's defaults, a tenth of those."""
-    r = resolve(config)
+    r = resolved(config, job)
     if r.zero.stage != 3:
         return
     cur_live, cur_prefetch = r.zero.max_live_parameters, r.zero.prefetch_bucket_size
@@ -139,7 +139,7 @@ def knob_stage3_gather(config: dict[str, Any], ckpt: bool, job: Job) -> Iterator
 
 
 def knob_buckets(config: dict[str, Any], ckpt: bool, job: Job) -> Iterator[Edit]:
-    r = resolve(config)
+    r = resolved(config, job)
     if r.zero.stage == 0:
         return
     for div in (2, 5, 10):
@@ -151,7 +151,7 @@ def knob_buckets(config: dict[str, Any], ckpt: bool, job: Job) -> Iterator[Edit]
 def knob_stage_up(config: dict[str, Any], ckpt: bool, job: Job) -> Iterator[Edit]:
     """One stage up. Stage-1/2 keys such as allgather_bucket_size are kept at stage 3: DeepSpeed
     ignores them there (validate warns, ZT201), and removing them would be another knob."""
-    r = resolve(config)
+    r = resolved(config, job)
     if r.zero.stage >= 3 or job.world < 2:
         return
     stage = r.zero.stage + 1
@@ -161,7 +161,7 @@ def knob_stage_up(config: dict[str, Any], ckpt: bool, job: Job) -> Iterator[Edit
 
 
 def knob_offload_optimizer(config: dict[str, Any], ckpt: bool, job: Job) -> Iterator[Edit]:
-    r = resolve(config)
+    r = resolved(config, job)
     if r.zero.stage == 0 or r.zero.offload_optimizer.device != "none":
         return
     reason = "moves fp32 master weights, moments and the fp32 gradient copy to host RAM (the step runs on the CPU: slower)"
@@ -169,7 +169,7 @@ def knob_offload_optimizer(config: dict[str, Any], ckpt: bool, job: Job) -> Iter
 
 
 def knob_offload_param(config: dict[str, Any], ckpt: bool, job: Job) -> Iterator[Edit]:
-    r = resolve(config)
+    r = resolved(config, job)
     if r.zero.stage != 3 or r.zero.offload_param.device != "none":
         return
     reason = (
@@ -207,7 +207,7 @@ def _evaluate(job: Job, config: dict[str, Any], ckpt: bool, gap: int, phase: str
         workload = workload_for(config, job)
     finally:
         job.checkpointing = saved
-    est = estimate_memory(job.spec, workload, resolve(config).zero, hardware=job.hardware)  # type: ignore[arg-type]
+    est = estimate_memory(job.spec, workload, resolved(config, job).zero, hardware=job.hardware)  # type: ignore[arg-type]
     # the verdict of predict (zerotune/model/fit.py) with the bytes the OOM showed the model missing on
     # top of what it has live in the OOM's phase: the same margin on the GPU, and the node's host RAM for
     # what an offload fix moves there

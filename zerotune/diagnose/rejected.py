@@ -60,13 +60,13 @@ def rejected_config(base: dict[str, Any] | None, d: Diagnosis) -> dict[str, Any]
     return cfg
 
 
-def lint_config(config: dict[str, Any], *, world: int | None, seq_len: int) -> list[LintFinding]:
+def lint_config(config: dict[str, Any], *, world: int | None, seq_len: int, hf: bool = False) -> list[LintFinding]:
     from zerotune.dsconfig.load import load_text
     from zerotune.lint.context import LintOptions
     from zerotune.lint.runner import lint
 
     loaded = load_text(json.dumps(config, indent=2), "<config>")
-    found = lint(loaded, LintOptions(world_size=world, seq_len=seq_len))
+    found = lint(loaded, LintOptions(world_size=world, seq_len=seq_len, hf=hf))
     return [
         LintFinding(code=x.code, severity=x.severity.value, message=x.message, pointer=x.pointer)
         for x in found

@@ -136,6 +136,25 @@ def fill(config: dict[str, Any], values: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def trainer_values(model: ModelSpec, *, precision: str, micro_batch: int, grad_accum: int, world_size: int) -> dict[str, Any]:
+    """JSON pointer -> what HF Trainer puts into each "auto" key for this job: the batch triple, the
+    precision flags, TrainingArguments' max_grad_norm default (1.0) and the optimizer values zerotune
+    writes (dsconfig/emit.py), and the hidden-size formulas for `model`. predict and diagnose both
+    fill a config with it (one reading of an HF config)."""
+    from zerotune.dsconfig.emit import OPTIMIZER_PARAMS
+
+    return {
+        "/train_batch_size": micro_batch * grad_accum * world_size,
+        "/train_micro_batch_size_per_gpu": micro_batch,
+        "/gradient_accumulation_steps": grad_accum,
+        "/gradient_clipping": 1.0,
+        "/bf16/enabled": precision == "bf16",
+        "/fp16/enabled": precision == "fp16",
+        **{f"/optimizer/params/{k}": v for k, v in OPTIMIZER_PARAMS.items()},
+        **{f"/zero_optimization/{k}": v for k, v in hf_hidden_size_values(model).items()},
+    }
+
+
 def to_auto(config: dict[str, Any], *, keep_tuned: bool = False) -> dict[str, Any]:
     """A copy of `config` with every key HF Trainer manages set to "auto" (recommend --hf). With
     `keep_tuned` the hidden-size keys stay concrete: HF fills them only when they are "auto" and never
