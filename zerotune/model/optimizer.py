@@ -138,7 +138,7 @@ def optimizer_step(s: StepSetup, tl: Timeline) -> tuple[float, float]:
             opt = part * 1e-11
         else:
             opt = part * gpu_adam_bytes(s) / bw
-    if offload:
+    if offload or (s.stage == 3 and z.offload_param.device != "none"):
         transfer = optimizer_transfer_s(s, part)
     if not fitted and not (offload and hw.has_gpus):
         s.notes.append(
