@@ -75,7 +75,8 @@ PAGEABLE_SHARE = 10.0 / 25.7
 probed `host.h2d_pageable_Bps`: CUDA samples' bandwidthTest on a DGX A100 (A100-SXM4-80GB, 32 MB
 transfers) measured pinned 25.7 GB/s host->device and 25.8 device->host, pageable 10.0 and 10.8
 (github.com/gengwg/gpu nvda_gpu_benchmark.md). The same page's A100 80GB PCIe server measured pageable
-3.3 of pinned 17.3 host->device: the share depends on the host, and the DGX figure is the higher one."""
+3.3 of pinned 17.3 host->device, and an NVIDIA engineer reports 5-6 GB/s pageable against 11-12 pinned on
+PCIe 3 (rapidsai/dask-cuda#98): the share depends on the host (0.2-0.5); the DGX figure sits inside."""
 
 DEFAULT_CPU_ADAM_PARAMS_PER_S = 1e9
 """CPU Adam updates/s per node when the profile has none: DeepSpeedCPUAdam's AVX-512 kernel
