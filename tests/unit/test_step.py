@@ -602,6 +602,7 @@ def test_pageable_offload_buffers_copy_slower_and_stall_the_loop(small, dgx):
     a, b = predict_step(small, wl(grad_accum=4), pinned, dgx), predict_step(small, wl(grad_accum=4), pageable, dgx)
     assert b.offload_s > a.offload_s / PAGEABLE_SHARE * 0.99
     assert b.step_time_s > a.step_time_s
+    assert any("pin_memory false" in n for n in b.notes) and not any("pin_memory false" in n for n in a.notes)
     # stage 3 parameter fetches from a pageable host partition take longer too
     p3 = ZeroSettings(stage=3, offload_param={"device": "cpu"})
     p3_pageable = ZeroSettings(stage=3, offload_param={"device": "cpu", "pin_memory": False})

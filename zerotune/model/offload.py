@@ -177,6 +177,23 @@ def host_copy_Bps(hardware: HardwareProfile, pinned: bool) -> float:
     return hardware.host.h2d_pageable_Bps or pcie(hardware) * PAGEABLE_SHARE
 
 
+def pageable_note(s: StepSetup) -> str | None:
+    """The note a step with pageable offload buffers carries (module docstring), or None."""
+    z = s.zero
+    sections = [
+        name
+        for name, section in (("offload_optimizer", z.offload_optimizer), ("offload_param", z.offload_param))
+        if section.device == "cpu" and not section.pin_memory and (s.stage == 3 or name == "offload_optimizer")
+    ]
+    if not sections or not s.hardware.has_gpus:
+        return None
+    rate = host_copy_Bps(s.hardware, False)
+    return (
+        f"{' and '.join(sections)} pin_memory false: host copies from pageable memory at {rate / 1e9:.3g} GB/s, "
+        "synchronous with the training loop (DeepSpeed's default before 0.19.5)"
+    )
+
+
 def gradient_copies_overlap(s: StepSetup) -> bool:
     """Can the offloaded-gradient copies queue on the reduction stream, or do they stall the training
     loop? Only copies into pinned buffers are asynchronous (module docstring)."""
