@@ -360,7 +360,8 @@ def predict_run(run: Run) -> dict[str, Any]:
     z = resolved.zero
     offload = "none"
     if z.offload_param.device != "none":
-        offload = f"param+opt-{z.offload_param.device}"
+        both = z.offload_optimizer.device != "none"
+        offload = f"{'param+opt' if both else 'param'}-{z.offload_param.device}"
     elif z.offload_optimizer.device != "none":
         offload = f"opt-{z.offload_optimizer.device}"
     tokens_micro = run.micro_batch * run.seq_len

@@ -14,6 +14,7 @@ from zerotune.catalog.hardware import load_profile
 from zerotune.catalog.models import derive, load_model
 from zerotune.dsconfig.settings import ZeroSettings
 from zerotune.model.comm import bus_bytes, fill_buckets, persistent_flags
+from zerotune.model.offload import PAGEABLE_SHARE
 from zerotune.model.step import predict_step
 from zerotune.schema.hardware import CollectivePerf, ComputeSpec, HardwareProfile, LinkClass
 from zerotune.schema.workload import Workload
@@ -562,17 +563,50 @@ def test_communication_dtype_sets_reduction_bytes():
 def test_stage3_offload_moves_gradient_partitions_every_micro_step(small, dgx):
     """Stage 3 + CPU optimizer (stage3.py partition_grads): each micro-step the partition goes to the
     CPU buffer and back (2 x 16-bit), the boundary adds the fp32 copy (4 B); the step copies the
-    updated 16-bit partition back (2 B). GA 1: 8 B per partition element in all."""
+    updated 16-bit partition back (2 B), converted on the CPU into torch's pageable temporary, so at
+    the pageable rate. GA 1: 8 B per partition element pinned, 2 B pageable."""
     z = ZeroSettings(stage=3, offload_optimizer={"device": "cpu"})
     pcie = dgx.host.h2d_pinned_Bps or 25e9
     part = small.params / 8
     ga1 = predict_step(small, wl(), z, dgx)
-    assert ga1.offload_s == pytest.approx(part * (2 * 2 + 4 + 2) / pcie, rel=1e-6)
+    assert ga1.offload_s == pytest.approx(part * (2 * 2 + 4) / pcie + part * 2 / (pcie * PAGEABLE_SHARE), rel=1e-6)
     ga3 = predict_step(small, wl(grad_accum=3), z, dgx)
     assert ga3.offload_s - ga1.offload_s == pytest.approx(2 * part * 2 * 2 / pcie, rel=1e-6)
     # a wider grad-accum dtype widens the partition copies
     wide = predict_step(small, wl(), z.model_copy(update={"grad_accum_dtype": "fp32"}), dgx)
     assert wide.offload_s - ga1.offload_s == pytest.approx(part * 2 * 2 / pcie, rel=1e-6)
+
+
+def test_stage3_step_copies_updated_parameters_to_where_the_16bit_partition_lives(small, dgx):
+    """stage3.py _reassign_or_swap_out_partitioned_parameters copies the updated master into the 16-bit
+    partition: with offload_param cpu that partition is the host's flat buffer, so with the optimizer
+    offloaded too nothing crosses PCIe, and with the optimizer on the GPU the fp32 master goes device ->
+    host (4 B, converted on the CPU: torch's blocking copy) at the pageable rate."""
+    pcie = dgx.host.h2d_pinned_Bps or 25e9
+    part = small.params / 8
+    both = ZeroSettings(stage=3, offload_optimizer={"device": "cpu"}, offload_param={"device": "cpu"})
+    optimizer_only = ZeroSettings(stage=3, offload_optimizer={"device": "cpu"})
+    saved = predict_step(small, wl(), optimizer_only, dgx).offload_s - predict_step(small, wl(), both, dgx).offload_s
+    assert saved == pytest.approx(part * 2 / (pcie * PAGEABLE_SHARE), rel=1e-6)
+    params_only = predict_step(small, wl(), ZeroSettings(stage=3, offload_param={"device": "cpu"}), dgx)
+    assert params_only.offload_s == pytest.approx(part * 4 / (pcie * PAGEABLE_SHARE), rel=1e-6)
+    assert predict_step(small, wl(), ZeroSettings(stage=3), dgx).offload_s == 0.0
+
+
+def test_pageable_offload_buffers_copy_slower_and_stall_the_loop(small, dgx):
+    """pin_memory false (DeepSpeed's default before 0.19.5, PR #8207): gradient copies run at the
+    pageable rate and synchronously (CUDA: pageable copies may be synchronous with the host), so they
+    no longer hide under backward on the reduction stream; pinned ones do."""
+    pinned = ZeroSettings(stage=2, offload_optimizer={"device": "cpu"})
+    pageable = ZeroSettings(stage=2, offload_optimizer={"device": "cpu", "pin_memory": False})
+    a, b = predict_step(small, wl(grad_accum=4), pinned, dgx), predict_step(small, wl(grad_accum=4), pageable, dgx)
+    assert b.offload_s > a.offload_s / PAGEABLE_SHARE * 0.99
+    assert b.step_time_s > a.step_time_s
+    assert any("pin_memory false" in n for n in b.notes) and not any("pin_memory false" in n for n in a.notes)
+    # stage 3 parameter fetches from a pageable host partition take longer too
+    p3 = ZeroSettings(stage=3, offload_param={"device": "cpu"})
+    p3_pageable = ZeroSettings(stage=3, offload_param={"device": "cpu", "pin_memory": False})
+    assert predict_step(small, wl(), p3_pageable, dgx).comm_s > predict_step(small, wl(), p3, dgx).comm_s
 
 
 def test_hf_moe_loop_block_launches_its_experts_one_by_one(dgx):

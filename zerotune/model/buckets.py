@@ -24,7 +24,7 @@ from __future__ import annotations
 from zerotune.model.comm import fill_buckets
 from zerotune.model.host_memory import fresh_write_s
 from zerotune.model.live_bytes import STAGE0_ALLREDUCE_ELEMENTS
-from zerotune.model.offload import gradient_copy_s
+from zerotune.model.offload import gradient_copies_overlap, gradient_copy_s
 from zerotune.model.setup import Prepared, StepSetup
 from zerotune.model.timeline import Timeline
 from zerotune.units import fmt_bytes
@@ -92,7 +92,11 @@ def reduce(
     tl.collective(op, nbytes, seconds, label, phase, concurrent=concurrent)
     if s.offload_grads:
         copy = gradient_copy_s(s, numel, boundary)
-        tl.copy(copy, f"offload gradients of bucket {k}" if tl.detail else "", concurrent=concurrent)
+        tl.copy(
+            copy,
+            f"offload gradients of bucket {k}" if tl.detail else "",
+            concurrent=concurrent and gradient_copies_overlap(s),
+        )
 
 
 def fresh_buffers(s: StepSetup, tl: Timeline, sizes: tuple[int, ...]) -> None:

@@ -19,6 +19,15 @@ Optimizer step (`optimizer_transfer_s`, all blocking):
   is copied per sub-group (`_post_step`/`_reassign_or_swap_out_partitioned_parameters`), each copy
   synchronous after that sub-group's update, so it does not hide under the next sub-group's Adam:
   `sub_group_size` does not change the step time this way;
+- stage 3 copies each updated master partition into the 16-bit partition wherever that lives
+  (`_reassign_or_swap_out_partitioned_parameters`: `fp16_partitioned_groups_flat[i].copy_(
+  fp32_partitioned_groups_flat[i])`). Under `offload_param: cpu` the 16-bit partition is the host's
+  flat buffer (`_create_fp16_partitions_with_defragmentation`), so with the optimizer offloaded too the
+  copy stays in host memory (nothing crosses PCIe), and with the optimizer on the GPU the updated
+  master goes device -> host. That copy is blocking, and torch converts dtypes of a blocking CPU<->GPU
+  copy on the CPU (aten/src/ATen/native/cuda/Copy.cu `copy_kernel_cuda`: "For blocking transfers
+  conversions are performed on CPU"), so the master's own width crosses (4 B fp32), then the host
+  narrows it (`param_copy_bytes`);
 - NVMe optimizer (stage 3; stage 1/2 treat nvme as cpu): fp32 master, m, v are read before and
   written after each sub-group's update (12 + 12 B), and the fp32 gradients were swapped out at the
   boundary and are read back (4 + 4 B): 32 B per element for Adam (`nvme_optimizer_bytes`);
@@ -28,10 +37,26 @@ to pinned host memory in forward and comes back in backward, on the offload engi
 (runtime/activation_checkpointing/offload_activations.py), so the copies run under that pass's
 compute and only what outlasts it is exposed.
 
-Rates come from the profile (`host.h2d_pinned_Bps`, `host.nvme_read_Bps`/`nvme_write_Bps`,
-`host.cpu_adam_params_per_s`, measured by the probe or sourced in the catalog) or the stated
-defaults below. CPU-side dtype conversions are not modelled separately (they run at host memory
-bandwidth, well above PCIe).
+Pinned or pageable (`pin_memory` of each offload section; True by default since DeepSpeed 0.19.5,
+False before: PR #8207, offload_config.py): a copy to or from pageable host memory is staged by the
+driver through its own pinned buffer, so it runs slower (`host_copy_Bps`), and it is synchronous with
+respect to the host (CUDA Runtime API, "API synchronization behavior": for pageable memory even
+cudaMemcpyAsync "might be synchronous with respect to host"). PR #8207 measured what that costs
+stage 3's gradient offload: "a synchronous, low-bandwidth (staged pageable) path with no overlap
+against backward compute". So a gradient copy into a pageable buffer stalls the training loop
+(`gradient_copies_overlap`) instead of queueing on the reduction stream. Which buffer each copy uses:
+gradients the optimizer's (`grad_partitions_flat_buffer` at stage 3, the fp32 partition and the
+accumulator at stage 1/2: `offload_optimizer.pin_memory`); stage-3 parameter fetches the host
+partition (`offload_param.pin_memory`); the step's stage-3 copy of the updated parameters converts
+dtypes, and torch converts a blocking CPU<->GPU copy on the CPU into a fresh, pageable temporary
+(Copy.cu above), so that copy is pageable whatever the config says; stage 1/2 copy through the
+16-bit staging buffer `param_buffer_of_bit16_for_cpu_offload_groups` (pinned with
+`offload_optimizer.pin_memory`, stage_1_and_2.py).
+
+Rates come from the profile (`host.h2d_pinned_Bps`, `host.h2d_pageable_Bps`, `host.nvme_read_Bps`/
+`nvme_write_Bps`, `host.cpu_adam_params_per_s`, measured by the probe or sourced in the catalog) or
+the stated defaults below. CPU-side dtype conversions are not modelled separately (they run at host
+memory bandwidth, well above PCIe).
 """
 
 from __future__ import annotations
@@ -44,6 +69,14 @@ from zerotune.units import DTYPE_BYTES
 
 DEFAULT_PCIE_Bps = 25e9
 """Host<->device copy rate when the profile has none: ~80% of PCIe 4.0 x16's 31.5 GB/s."""
+
+PAGEABLE_SHARE = 10.0 / 25.7
+"""Pageable host->device copy rate as a share of the pinned rate of the same box, where the profile has no
+probed `host.h2d_pageable_Bps`: CUDA samples' bandwidthTest on a DGX A100 (A100-SXM4-80GB, 32 MB
+transfers) measured pinned 25.7 GB/s host->device and 25.8 device->host, pageable 10.0 and 10.8
+(github.com/gengwg/gpu nvda_gpu_benchmark.md). The same page's A100 80GB PCIe server measured pageable
+3.3 of pinned 17.3 host->device, and an NVIDIA engineer reports 5-6 GB/s pageable against 11-12 pinned on
+PCIe 3 (rapidsai/dask-cuda#98): the share depends on the host (0.2-0.5); the DGX figure sits inside."""
 
 DEFAULT_CPU_ADAM_PARAMS_PER_S = 1e9
 """CPU Adam updates/s per node when the profile has none: DeepSpeedCPUAdam's AVX-512 kernel
@@ -137,6 +170,36 @@ def pcie(hardware: HardwareProfile) -> float:
     return hardware.host.h2d_pinned_Bps or DEFAULT_PCIE_Bps
 
 
+def host_copy_Bps(hardware: HardwareProfile, pinned: bool) -> float:
+    """Host<->device copy rate of one rank to or from pinned or pageable host memory (module docstring)."""
+    if pinned:
+        return pcie(hardware)
+    return hardware.host.h2d_pageable_Bps or pcie(hardware) * PAGEABLE_SHARE
+
+
+def pageable_note(s: StepSetup) -> str | None:
+    """The note a step with pageable offload buffers carries (module docstring), or None."""
+    z = s.zero
+    sections = [
+        name
+        for name, section in (("offload_optimizer", z.offload_optimizer), ("offload_param", z.offload_param))
+        if section.device == "cpu" and not section.pin_memory and (s.stage == 3 or name == "offload_optimizer")
+    ]
+    if not sections or not s.hardware.has_gpus:
+        return None
+    rate = host_copy_Bps(s.hardware, False)
+    return (
+        f"{' and '.join(sections)} pin_memory false: host copies from pageable memory at {rate / 1e9:.3g} GB/s, "
+        "synchronous with the training loop (DeepSpeed's default before 0.19.5)"
+    )
+
+
+def gradient_copies_overlap(s: StepSetup) -> bool:
+    """Can the offloaded-gradient copies queue on the reduction stream, or do they stall the training
+    loop? Only copies into pinned buffers are asynchronous (module docstring)."""
+    return s.zero.offload_optimizer.pin_memory
+
+
 def _nvme(s: StepSetup, write: bool) -> float:
     host = s.hardware.host
     rate = (host.nvme_write_Bps if write else None) or host.nvme_read_Bps or DEFAULT_NVME_Bps
@@ -147,7 +210,7 @@ def param_source_Bps(s: StepSetup) -> float:
     """Per-rank rate stage-3 parameters arrive at from their offload device."""
     if s.zero.offload_param.device == "nvme":
         return _nvme(s, write=False)
-    return pcie(s.hardware)
+    return host_copy_Bps(s.hardware, s.zero.offload_param.pin_memory)
 
 
 def cpu_adam_rate(s: StepSetup) -> float:
@@ -216,13 +279,31 @@ def gradient_bytes_per_element(s: StepSetup, boundary: bool) -> int:
 
 def gradient_copy_s(s: StepSetup, numel: int, boundary: bool) -> float:
     """Seconds of the offloaded-gradient copies after reducing a bucket of `numel` elements."""
-    return numel / s.n * gradient_bytes_per_element(s, boundary) / pcie(s.hardware)
+    rate = host_copy_Bps(s.hardware, s.zero.offload_optimizer.pin_memory)
+    return numel / s.n * gradient_bytes_per_element(s, boundary) / rate
+
+
+def param_copy_bytes(s: StepSetup) -> int:
+    """PCIe bytes per partition element of the step's copy of the updated parameters into their 16-bit
+    partition (module docstring): the 16-bit width host -> device under optimizer offload, none when
+    stage 3 keeps both on the host (`offload_param: cpu`), the master width device -> host when only
+    the parameters are offloaded; 0 without offload."""
+    optimizer = s.zero.offload_optimizer.device != "none"
+    params_on_host = s.stage == 3 and s.zero.offload_param.device == "cpu"
+    if optimizer:
+        return 0 if params_on_host else s.elem_bytes
+    if params_on_host:
+        return config_state_bytes(s.workload, s.zero, offload=False).master_width
+    return 0
 
 
 def optimizer_transfer_s(s: StepSetup, part: float) -> float:
     """Blocking host<->device and NVMe seconds of an offloaded optimizer step (module docstring)."""
     z, hw = s.zero, s.hardware
-    transfer = part * s.elem_bytes / pcie(hw) if hw.has_gpus else 0.0
+    master = config_state_bytes(s.workload, s.zero, offload=False).master_width
+    # stage 3 converts through torch's pageable temporary; stage 1/2 stage through a buffer pinned per config
+    pinned = z.offload_optimizer.pin_memory and not (s.stage == 3 and master != s.elem_bytes)
+    transfer = part * param_copy_bytes(s) / host_copy_Bps(hw, pinned) if hw.has_gpus else 0.0
     if s.stage == 3 and z.offload_optimizer.device == "nvme":
         swapped = part * nvme_optimizer_bytes(s)
         transfer += swapped / _nvme(s, write=False) + swapped / _nvme(s, write=True)

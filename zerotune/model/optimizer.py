@@ -25,6 +25,7 @@ from zerotune.model.offload import (
     cpu_adam_rate,
     node_cpu_adam,
     optimizer_transfer_s,
+    pageable_note,
     thread_cpu_adam,
 )
 from zerotune.model.setup import StepSetup
@@ -138,8 +139,11 @@ def optimizer_step(s: StepSetup, tl: Timeline) -> tuple[float, float]:
             opt = part * 1e-11
         else:
             opt = part * gpu_adam_bytes(s) / bw
-    if offload:
+    if offload or (s.stage == 3 and z.offload_param.device != "none"):
         transfer = optimizer_transfer_s(s, part)
+        note = pageable_note(s)
+        if note:
+            s.notes.append(note)
     if not fitted and not (offload and hw.has_gpus):
         s.notes.append(
             "optimizer_params_per_s not in the profile: the step's optimizer is Adam alone "

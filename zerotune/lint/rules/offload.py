@@ -143,7 +143,7 @@ class PinMemoryOff(Rule):
     Reports `pin_memory: false` on an active offload section.
 
     ## Why is this bad?
-    Host↔GPU copies from pageable memory are slower and not asynchronous; since DeepSpeed 0.17+ the default is
+    Host↔GPU copies from pageable memory are slower and not asynchronous; since DeepSpeed 0.19.5 (PR #8207) the default is
     `true` (stage 1/2 then also pins the fp32 master partition). Turn it off only when host RAM is short.
 
     ## Example
