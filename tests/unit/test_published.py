@@ -182,7 +182,7 @@ def test_catalog_error_band_is_the_recorded_held_out_mape() -> None:
     from zerotune.catalog.trust import CATALOG_ERROR_PCT, provenance
 
     loso = json.loads((published.REPO / "data" / "evidence" / "loso.json").read_text())
-    assert abs(CATALOG_ERROR_PCT - loso["overall"]["throughput_mape"]) <= 1.0
+    assert abs(CATALOG_ERROR_PCT - loso["overall"]["throughput_mape"]) <= 0.1  # stated as recorded
     assert f"~{CATALOG_ERROR_PCT:.0f}%" in provenance(load_profile("dgx-h100"))
 
 
