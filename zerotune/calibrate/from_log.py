@@ -20,10 +20,14 @@ zerotune.model.memory.estimate_memory), so the fit uses exactly what the model m
 4. **Fixed per-step overhead** of runs with compute timers (`overheads.per_step_s`): their timers
    cover the whole step, so what the measured step leaves after 1-3 is the fixed cost, at least 0
    (log_terms.fit_timed_overhead says why not a factor).
-5. **Step scale** (`overheads.step_scale`): one factor on every predicted time for what is left of
-   the measured step times (a throughput figure alone identifies nothing finer: on the published
-   sources, putting it all on FLOP/s predicted a source's other runs worse than the profile did), and
-   the **per-step overhead** where leave-one-out over 3+ runs of different tokens per step shows it.
+5. **A step time no timer splits** (a throughput figure, a step time without wall_clock_breakdown):
+   one number, so it is shared among the terms the run exercises by their shares of its step, the
+   least change of the profile that explains it (zerotune/calibrate/shares.py: FLOP/s, link bandwidth,
+   optimizer and CPU Adam rates, fixed, launch and hook costs, each within its bound); a term the run
+   does not exercise (a stage-3 hook for a stage-2 run) stays at its prior. Then the **step scale**
+   (`overheads.step_scale`): one factor on every predicted time for what the terms leave (1 when they
+   explain the runs; what the timers leave of timed runs), and the **per-step overhead** where
+   leave-one-out over 3+ runs of different tokens per step shows it.
 6. **Memory slack** (`gpu.memory_slack_bytes`): the median gap between the runs' peak counters and
    the estimate's value of that counter (zerotune.model.counters.counter_bytes), where leave-one-out
    over 2+ runs shows it is the machine's and not one job's.
@@ -201,7 +205,7 @@ def fit_logs(observations: list[Observation], profile: HardwareProfile, *, versi
     else:
         expected = ONE_RUN_ERROR_PCT
         method = "one run: the error of one-run calibrations on other jobs of the machine (scripts/evidence/calibrate_from_log.py)"
-    # the regimes are measured on runs that give a throughput figure only (one factor on every time); a
+    # the regimes are measured on runs that give a throughput figure only (shared among the terms); a
     # run whose timers were fitted term by term keeps the one-run figure for every job
     one_factor = not loo and len(observations) == 1 and observations[0].measured.compute_s is None
     lines = [_run_line(o) for o in observations]

@@ -10,6 +10,7 @@ import statistics
 from zerotune.calibrate.bounds import busbw_ceiling, flops_ceiling, optimizer_floor
 from zerotune.calibrate.lsq import bounded_lsq
 from zerotune.calibrate.observation import Observation, from_run, predict, sized
+from zerotune.calibrate.shares import fit_shares
 from zerotune.model.compute import achieved_flops
 from zerotune.model.counters import counter_bytes
 from zerotune.model.memory import estimate_memory
@@ -261,14 +262,21 @@ def fit_timed_overhead(
 def fit_scale(
     observations: list[Observation], profile: HardwareProfile, values: list[CalibratedValue], notes: list[str]
 ) -> HardwareProfile:
-    """What is left of the measured step times: one factor on every predicted time
-    (`overheads.step_scale`) and the per-step overhead, t_i = s (T_i + dc): least squares of the
-    relative errors, s within [1/RANGE, RANGE], the per-step cost >= 0. The per-step term is fitted
-    only when the runs differ in tokens per optimizer step and it predicts each of 3 or more runs from
-    the others better than the scale alone (leave-one-out): from two runs it extrapolates wildly."""
+    """What is left of the measured step times. The step time of a run without compute timers is first
+    shared among the terms the run exercises, in proportion to their shares of its step
+    (zerotune/calibrate/shares.py: the least change of the profile that explains it; a stage-2 run
+    leaves the stage-3 hooks where they were). What the terms cannot take (every one on its bound), and
+    what the timers leave, is one factor on every predicted time (`overheads.step_scale`) and the
+    per-step overhead, t_i = s (T_i + dc): least squares of the relative errors, s within [1/RANGE,
+    RANGE], the per-step cost >= 0. The per-step term is fitted only when the runs differ in tokens per
+    optimizer step and it predicts each of 3 or more runs from the others better than the scale alone
+    (leave-one-out): from two runs it extrapolates wildly."""
     runs = [o for o in observations if o.step() is not None]
     if not runs:
         return profile
+    untimed = [o for o in runs if o.measured.compute_s is None]
+    if untimed:
+        profile = fit_shares(untimed, profile, {v.path for v in values}, values)
     measured = [o.step().value for o in runs]  # type: ignore[union-attr]
     s0 = profile.overheads.step_scale or 1.0
     plain = profile.model_copy(update={"overheads": profile.overheads.model_copy(update={"step_scale": None})})
@@ -310,7 +318,7 @@ def fit_scale(
             path="overheads.step_scale",
             probed=s0,
             calibrated=scale,
-            note="every predicted time x this: the step time the runs measured that no single term identifies",
+            note="every predicted time x this: what the runs measured that the terms do not explain (1: nothing)",
             source=source,
         )
     )
