@@ -30,7 +30,10 @@ zerotune.model.memory.estimate_memory), so the fit uses exactly what the model m
    leave-one-out over 3+ runs of different tokens per step shows it.
 6. **Memory slack** (`gpu.memory_slack_bytes`): the median gap between the runs' peak counters and
    the estimate's value of that counter (zerotune.model.counters.counter_bytes), where leave-one-out
-   over 2+ runs shows it is the machine's and not one job's.
+   over 2+ runs shows it is the machine's and not one job's. One run's gap is not applied (a
+   max_allocated peak counts live tensors only: its gap is the job's, not the machine's); runs the
+   estimate costs alike that measured different peaks contradict each other
+   (log_terms.memory_contradictions): a finding, and nothing is fitted to them.
 
 Before fitting, every run is compared with the profile: a step time outside the profile's stated
 band (its calibration's expected error, else the probe-only or catalog error) is a finding (a slow
@@ -51,6 +54,7 @@ from zerotune.calibrate.log_terms import (
     fit_optimizer,
     fit_scale,
     fit_timed_overhead,
+    memory_contradictions,
 )
 from zerotune.calibrate.observation import Observation, pct, predict, predict_peak
 from zerotune.catalog.trust import expected_error, job_kind
@@ -172,7 +176,7 @@ def leave_one_out(observations: list[Observation], profile: HardwareProfile) -> 
 
 def fit_logs(observations: list[Observation], profile: HardwareProfile, *, version: str | None = None) -> LogFit:
     """Fit, say what moved and where it came from, and what contradicts the profile."""
-    findings = contradictions(observations, profile)
+    findings = contradictions(observations, profile) + memory_contradictions(observations, profile)
     fitted, values, notes = fit_runs(observations, profile)
     rows = []
     for o in observations:

@@ -339,6 +339,59 @@ def _gaps(runs: list[Observation], profile: HardwareProfile) -> tuple[list[float
     return gaps, floors, peaks
 
 
+SAME_PEAK = 0.01
+"""Two runs whose estimates hold the same live bytes at every phase of the step, and the same peak of
+the counter they read, to this share are costed as the same memory job: what differs between them
+(gradient accumulation at stage 3, a knob that allocates nothing) the model says holds nothing at any
+phase (1%: below any published figure's rounding)."""
+
+
+def memory_contradictions(runs: list[Observation], profile: HardwareProfile) -> list[str]:
+    """One line per contradicting pair (contradicting_pairs)."""
+    return [line for _, _, line in contradicting_pairs(runs, profile)]
+
+
+def contradicting_pairs(runs: list[Observation], profile: HardwareProfile) -> list[tuple[Observation, Observation, str]]:
+    """Pairs of runs of one machine that cannot both be right about their job: the estimate costs them
+    alike (the same live bytes at every phase, the same counter peak), so any miss of the model is the
+    same for both (the same phases, the same terms; two jobs that only peak alike, as checkpointing on
+    and off both peaking in the optimizer step, are not costed alike), yet their measured peaks differ
+    by more than the job's published memory band (zerotune/model/band.py: how far the model misses
+    whole jobs, 80% of published runs). One of them ran another job than its
+    config says (another micro-batch, checkpointing off, a different attention kernel) or read another
+    counter: no memory term of the machine can be fitted to both."""
+    from zerotune.model.band import job_band
+
+    out = []
+    rows = []
+    for o in runs:
+        if o.measured.peak_bytes is None:
+            continue
+        memory = estimate_memory(o.spec, o.workload, o.zero, hardware=sized(profile, o.workload))
+        phases = [p.total for p in memory.timeline]
+        rows.append((o, counter_bytes(memory, o.measured.peak_kind), o.measured.peak_bytes.value, phases))
+
+    def alike(x: float, y: float) -> bool:
+        return abs(x - y) <= SAME_PEAK * max(x, y, 1)
+
+    for i, (a, pa, ma, ta) in enumerate(rows):
+        for b, pb, mb, tb in rows[i + 1 :]:
+            same = len(ta) == len(tb) and all(alike(x, y) for x, y in zip(ta, tb, strict=True))
+            if a.measured.peak_kind != b.measured.peak_kind or not alike(pa, pb) or not same:
+                continue
+            offload = a.zero.offload_optimizer.device != "none" or a.zero.offload_param.device != "none"
+            band = job_band(a.spec, a.workload, offload)
+            if band is None or band.memory is None or abs(max(ma, mb) / min(ma, mb) - 1) <= band.memory:
+                continue
+            out.append((a, b,
+                f"{a.label} and {b.label}: the estimate gives both {pa / GiB:.1f} GiB {a.measured.peak_kind}, they "
+                f"measured {ma / GiB:.1f} and {mb / GiB:.1f} GiB ({abs(max(ma, mb) / min(ma, mb) - 1):.0%} apart, more "
+                f"than the {band.memory:.0%} memory band): they contradict each other (one ran another job than its "
+                "config says, or read another counter), so no memory slack is fitted to them"
+            ))  # fmt: skip
+    return out
+
+
 def fit_memory(
     observations: list[Observation], profile: HardwareProfile, values: list[CalibratedValue], notes: list[str]
 ) -> HardwareProfile:
@@ -352,12 +405,29 @@ def fit_memory(
     if profile.gpu is None:
         notes.append("the profile has no GPU: the runs' memory peaks are not fitted")
         return profile
+    left_out = {id(o) for a, b, _ in contradicting_pairs(runs, profile) for o in (a, b)}
+    if left_out and len(runs) >= 2:
+        notes.append(
+            f"{len(left_out)} runs left out of the memory slack: they contradict each other (findings)"
+        )
+        runs = [o for o in runs if id(o) not in left_out]
+        if not runs:
+            return profile
     gaps, floors, peaks = _gaps(runs, profile)
     if len(runs) < 2:
-        notes.append(
-            f"{runs[0].label}: its peak is {gaps[0] / GiB:+.2f} GiB off the estimate; not applied to other jobs: one run "
-            "cannot tell this machine's memory slack from its own job's (give two or more logs)"
+        why = (
+            "max_allocated counts live tensors only (no CUDA context, no allocator cache), so its gap is this "
+            "job's tensors, not the machine's"
+            if runs[0].measured.peak_kind == "max_allocated"
+            else "one run cannot tell this machine's memory slack from its own job's"
         )
+        notes.append(
+            f"{runs[0].label}: its peak is {gaps[0] / GiB:+.2f} GiB off the estimate; not applied to other jobs from "
+            f"one run: {why} (give two or more logs)"
+        )
+        return profile
+    if memory_contradictions(runs, profile):
+        notes.append("memory slack not fitted: runs the estimate costs alike measured different peaks (findings)")
         return profile
     without = statistics.fmean(abs(g) / p for g, p in zip(gaps, peaks, strict=True))
     loo = statistics.fmean(
