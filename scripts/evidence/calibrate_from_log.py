@@ -25,6 +25,9 @@ what one run cannot identify), and the pairs of a source's runs that contradict 
 The CPU part (on this machine: calibrate from the log of one `zerotune bench` run, predict the held-out
 grid, next to `zerotune calibrate`'s own held-out MAPE) is a column of every round of
 scripts/evidence/calibration_stability.py: it measures timing, so it runs there, on a quiet machine.
+`--cpu` replays the rounds it recorded (data/evidence/calibration_runs/roundNN.json: the bench log, the
+probe-only profile it started from, the held-out runs) through this code's `calibrate --from-log` core,
+without running anything: the from-log held-out MAPE against the round's recorded calibrate MAPE.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import argparse
 import json
 import statistics
 import sys
+import tempfile
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -336,13 +340,66 @@ def print_runs(doc: dict[str, Any]) -> None:
             print(f"  contradiction: {line}")
 
 
+ROUNDS = REPO / "data" / "evidence" / "calibration_runs"
+STABILITY = REPO / "data" / "evidence" / "calibration_stability.json"
+
+
+def cpu_replay() -> list[dict[str, Any]]:
+    """Each recorded round: `calibrate --from-log` on its bench log from its probe-only profile (the
+    CLI's own reader and fit), the held-out runs predicted with it, next to the round's calibrate."""
+    from zerotune.calibrate.observe import observations
+    from zerotune.calibrate.stepmodel import predict_run
+    from zerotune.diagnose.analyse import Options
+    from zerotune.schema.hardware import HardwareProfile
+
+    recorded = {r["round"]: r for r in json.loads(STABILITY.read_text())["rows"]} if STABILITY.is_file() else {}
+    out = []
+    for path in sorted(ROUNDS.glob("round*.json")):
+        doc = json.loads(path.read_text())
+        log = (doc.get("from_log") or {}).get("log")
+        if not log:
+            continue
+        base = HardwareProfile.model_validate(doc["design"]["base"])
+        with tempfile.TemporaryDirectory() as tmp:
+            (Path(tmp) / "bench.log").write_text(log)
+            none = Options(config=None, model=None, profile=None, seq_len=None, world_size=None, checkpointing=None)
+            fitted = fit_logs(observations([str(Path(tmp) / "bench.log")], None, none, base, []), base).profile
+        held = doc["held_out"]
+        mape = statistics.fmean(abs(predict_run(r, fitted) / r["step_time_s"] - 1) for r in held) * 100
+        row = recorded.get(doc["round"], {})
+        out.append({"round": doc["round"], "loaded": doc["loaded"], "from_log_pct": mape,
+                    "recorded_from_log_pct": row.get("from_log_mape_pct"),
+                    "calibrate_pct": row.get("held_out_mape_pct")})  # fmt: skip
+    return out
+
+
+def print_cpu(rows: list[dict[str, Any]]) -> None:
+    within = 5.0  # issue 22: from-log within 5 points of calibrate (calibration_stability.FROM_LOG_WITHIN_PTS)
+    print("CPU rounds replayed (data/evidence/calibration_runs): held-out MAPE, calibrate (recorded) vs from-log")
+    print(f"{'round':>5} {'load':>5} {'calibrate':>9} {'from-log':>8} {'recorded':>8}  within {within:g} pts")
+    for r in rows:
+        cal, fl = r["calibrate_pct"], r["from_log_pct"]
+        ok = "-" if cal is None else ("yes" if fl - cal <= within else "no")
+        print(f"{r['round']:5d} {'yes' if r['loaded'] else 'no':>5} {_f(cal)} {_f(fl)} {_f(r['recorded_from_log_pct'])}  {ok}")
+    quiet = [r for r in rows if not r["loaded"] and r["calibrate_pct"] is not None]
+    if quiet:
+        gap = statistics.median(r["from_log_pct"] for r in quiet) - statistics.median(r["calibrate_pct"] for r in quiet)
+        n = sum(r["from_log_pct"] - r["calibrate_pct"] <= within for r in quiet)
+        print(f"quiet rounds: {n} of {len(quiet)} within {within:g} points; medians differ by {gap:+.1f} points")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--runs", action="store_true", help="each run: its measured/predicted ratio, parts, peak error")
     parser.add_argument("--markdown", action="store_true", help="the per-source and per-regime tables as markdown")
     parser.add_argument("--write", action="store_true", help=f"also write {OUT.relative_to(REPO)}")
+    parser.add_argument("--cpu", action="store_true",
+                        help="instead: replay the CPU rounds calibration_stability.py recorded (from-log vs calibrate)")
     args = parser.parse_args(argv)
+    if args.cpu:
+        print_cpu(cpu_replay())
+        return 0
     doc: dict[str, Any] = {"published": published_part()}
     if args.write:
         found = doc["published"]
