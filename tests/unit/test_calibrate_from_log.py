@@ -136,6 +136,8 @@ def test_one_throughput_figure_moves_the_terms_by_their_shares_of_the_step() -> 
     assert moved["overheads.per_step_s"].source == "gpt2.log log:7"
     assert "overheads.per_module_hook_s" not in moved
     assert moved["overheads.step_scale"].calibrated == pytest.approx(1.0, abs=1e-3)  # the terms explain it
+    said = inputs_provenance(fitted.profile, "bf16")
+    assert "DeepSpeed overheads from your run (per_step_s" in said and "step time scale" not in said
 
 
 def test_a_figure_faster_than_the_peak_allows_moves_the_other_terms() -> None:
