@@ -164,6 +164,31 @@ def test_compute_timers_fit_flops_within_the_peak() -> None:
     assert value.calibrated == pytest.approx(base.gpu.peak_bf16_flops) and "ceiling" in value.note
 
 
+def test_a_launch_bound_compute_timer_moves_the_launch_cost_not_flops() -> None:
+    """A small GPU job whose blocks are launch-bound (a block costs the larger of its kernels and its
+    host launches): the machine launches 4x faster than the prior. Its compute timer is the launches',
+    so FLOP/s up to the peak could not make it up (the fit before put FLOP/s on the peak and the rest on
+    a factor, and predicted a kernel-bound job 36% fast); shared by the terms' shares, the launch cost
+    moves and the larger job is predicted as the truth runs it."""
+    base = load_profile("dgx-h100")
+    ov = base.overheads
+    truth = base.model_copy(update={"overheads": ov.model_copy(update={"per_layer_launch_s": ov.per_layer_launch_s / 4})})
+    small, big = _job("llama-7b", 1, 256, 2), _job("llama-7b", 2, 1024, 2)
+    e = predict(small, truth)
+    assert e.compute_s < 0.5 * predict(small, base).compute_s  # the prior's launches set the small job's compute
+    timers = Measured(
+        step_s=Figure(e.step_time_s, "log:9"),
+        compute_s=Figure(e.compute_s, "log:9"),
+        allreduce_s=Figure(e.exposed_comm_s, "log:9") if e.exposed_comm_s > 0 else None,
+        optimizer_s=Figure(e.step_time_s - e.compute_s - e.exposed_comm_s, "log:9"),
+    )
+    fit = fit_logs([_job("llama-7b", 1, 256, 2, timers)], base)
+    moved = {v.path: v for v in fit.values}
+    assert moved["overheads.per_layer_launch_s"].calibrated == pytest.approx(ov.per_layer_launch_s / 4, rel=0.05)
+    assert moved["compute.achieved_flops.bf16"].calibrated < 1.1 * moved["compute.achieved_flops.bf16"].probed
+    assert predict(big, fit.profile).step_time_s == pytest.approx(predict(big, truth).step_time_s, rel=0.03)
+
+
 def test_a_run_far_outside_the_band_is_a_finding() -> None:
     base = load_profile("dgx-h100")
     obs = _obs(2, Measured())

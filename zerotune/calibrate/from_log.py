@@ -7,9 +7,11 @@ reader, zerotune.diagnose.analyse.read_job, or given with --config/--model) and 
 profile's. In this order, each with the model's own predictions (zerotune.model.step.predict_step,
 zerotune.model.memory.estimate_memory), so the fit uses exactly what the model multiplies:
 
-1. **Achieved FLOP/s**, from the compute timers (fwd + bwd_inner of wall_clock_breakdown): every
-   `compute` rate of the precision scaled by one factor until the predicted compute matches, at most
-   the GPU's peak (bounds.flops_ceiling).
+1. **Achieved FLOP/s and the host work beside it**, from the compute timers (fwd + bwd_inner of
+   wall_clock_breakdown): their miss shared among every `compute` rate of the precision (one factor,
+   at most the GPU's peak: bounds.flops_ceiling) and the launch and hook costs inside them, by their
+   shares of the timed compute (zerotune/calibrate/shares.py): a launch-bound run moves the launch
+   cost, which no FLOP/s could make up.
 2. **Optimizer rate**, from DeepSpeed's `step` timer: under optimizer offload on a GPU box the node's
    CPU Adam rate (`host.cpu_adam_params_per_s`), else DeepSpeed's whole step per local parameter
    (`overheads.optimizer_params_per_s`), at most what memory bandwidth allows (bounds.optimizer_floor);

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import statistics
 
-from zerotune.calibrate.bounds import busbw_ceiling, flops_ceiling, optimizer_floor
+from zerotune.calibrate.bounds import busbw_ceiling, optimizer_floor
 from zerotune.calibrate.lsq import bounded_lsq
 from zerotune.calibrate.observation import Observation, from_run, predict, sized
 from zerotune.calibrate.shares import fit_shares
@@ -179,41 +179,18 @@ def fit_comm(
 def fit_compute(
     observations: list[Observation], profile: HardwareProfile, values: list[CalibratedValue], notes: list[str]
 ) -> HardwareProfile:
-    """Achieved FLOP/s from the runs' compute timers (fwd + bwd_inner: the forward and backward
-    compute, without the reduction waited for after it): one factor on every rate of the precision."""
+    """Achieved FLOP/s, and the host work that runs with the kernels, from the runs' compute timers
+    (fwd + bwd_inner: the forward and backward, without the reduction waited for after it): their miss
+    shared among FLOP/s (one factor on every rate of the precision, at most the GPU's peak) and the
+    launch and hook costs by their shares of the timed compute (zerotune/calibrate/shares.py). A
+    kernel-bound run moves FLOP/s; a launch-bound one (a GPU block costs the larger of its kernels and
+    its launches) moves the launch cost, which FLOP/s up to the peak could not make up."""
     runs = [o for o in observations if o.measured.compute_s is not None]
     if not runs:
         return profile
     precision = runs[0].workload.precision
     runs = [o for o in runs if o.workload.precision == precision]
-    ceiling, why = flops_ceiling(profile, precision)
-    top = top_flops(profile, precision)
-
-    def miss(log_factor: float) -> float:  # mean relative error of the compute time; falls as FLOP/s rises
-        trial = with_flops(profile, precision, math.exp(log_factor))
-        return statistics.fmean(predict(o, trial).compute_s / o.measured.compute_s.value - 1 for o in runs)  # type: ignore[union-attr]
-
-    low, high = -math.log(RANGE), math.log(ceiling / top) if math.isfinite(ceiling) else math.log(RANGE)
-    note = "every FLOP/s of the precision scaled by one factor"
-    if miss(high) > 0:
-        log_k, note = high, f"on its ceiling: {why}"
-    elif miss(low) < 0:
-        log_k, note = low, f"on its floor: 1/{RANGE:g} of the profile's"
-    else:
-        for _ in range(BISECTIONS):
-            mid = (low + high) / 2
-            low, high = (mid, high) if miss(mid) > 0 else (low, mid)
-        log_k = (low + high) / 2
-    values.append(
-        CalibratedValue(
-            path=f"compute.achieved_flops.{precision}",
-            probed=top,
-            calibrated=top * math.exp(log_k),
-            note=note,
-            source="; ".join(from_run(o, o.measured.compute_s) for o in runs),  # type: ignore[union-attr]
-        )
-    )
-    return with_flops(profile, precision, math.exp(log_k))
+    return fit_shares(runs, profile, {v.path for v in values}, values, quantity="compute")
 
 
 def _solve_scale(here: list[float], measured: list[float], base_step: float, free_step: bool) -> tuple[float, float]:

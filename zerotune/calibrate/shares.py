@@ -145,18 +145,32 @@ def _cpu_adam() -> Term:
     return Term("host.cpu_adam_params_per_s", True, lambda p: node_cpu_adam(p)[0] if p.has_gpus else None, put, paths)
 
 
+QUANTITIES = {
+    "step": (lambda o: o.step(), lambda e: e.step_time_s, "the run's step time"),
+    "compute": (lambda o: o.measured.compute_s, lambda e: e.compute_s, "the run's compute timers (fwd + bwd_inner)"),
+}
+"""What a share fit matches: a run's measured figure, the estimate's value of it, and how to say it. The
+compute timers hold the blocks' kernels and the host work that runs with them (launches, stage-3 module
+hooks, stage-1/2 gradient hooks: zerotune/model/overheads.py), so a launch-bound run's compute miss is
+the launch cost's, which FLOP/s cannot move."""
+COMPUTE_TERMS = ("overheads.per_layer_launch_s", "overheads.per_module_hook_s", "overheads.per_param_grad_hook_s")
+"""The host terms inside the compute timers (with FLOP/s)."""
+
 OVERHEAD_TIMES = ("per_step_s", "per_micro_step_s", "per_layer_launch_s", "per_module_hook_s", "per_param_grad_hook_s")
 """The fixed and per-module costs of zerotune/model/overheads.py, as times."""
 
 
-def terms(runs: list[Observation], profile: HardwareProfile, fitted: set[str]) -> list[Term]:
-    """The terms the runs' residual may move: every rate and time the step reads that the profile
-    has, less those a timer already fitted (`fitted`: their calibrated paths)."""
+def terms(runs: list[Observation], profile: HardwareProfile, fitted: set[str], quantity: str = "step") -> list[Term]:
+    """The terms the runs' residual may move: every rate and time the step (or, for the compute timers,
+    the forward and backward) reads that the profile has, less those a timer already fitted (`fitted`:
+    their calibrated paths)."""
     precisions = sorted({o.workload.precision for o in runs})
     found = [_flops(p) for p in precisions]
     found += [_link(n) for n in ("intra_node", "inter_node") if getattr(profile, n) is not None]
     found += [_optimizer(precisions[0]), _cpu_adam()]
     found += [_overhead(n) for n in OVERHEAD_TIMES]
+    if quantity == "compute":
+        found = [t for t in found if t.name.startswith("compute.") or t.name in COMPUTE_TERMS]
     return [t for t in found if t.get(profile) and not any(path in fitted for path, _ in t.paths(profile))]
 
 
@@ -171,27 +185,38 @@ def _bounds(term: Term, base: HardwareProfile) -> tuple[float, float, str]:
 
 
 def _slopes(
-    run: Observation, profile: HardwareProfile, base: HardwareProfile, moved: dict[str, float], found: list[Term]
+    run: Observation,
+    profile: HardwareProfile,
+    base: HardwareProfile,
+    moved: dict[str, float],
+    found: list[Term],
+    quantity: str,
 ) -> tuple[float, dict[str, float]]:
-    """(ln measured / predicted, each term's share g = d ln step / d x) of the run on `profile`, the
-    terms at `moved` (ln time factors from `base`); no shares for a run the profile explains."""
-    step = predict(run, profile).step_time_s
-    r = math.log(run.step().value / step)  # type: ignore[union-attr]
+    """(ln measured / predicted, each term's share g = d ln predicted / d x) of the run's `quantity` on
+    `profile`, the terms at `moved` (ln time factors from `base`); no shares for a run it explains."""
+    measure, model, _ = QUANTITIES[quantity]
+    step = model(predict(run, profile))
+    r = math.log(measure(run).value / step)
     out: dict[str, float] = {}
     if abs(r) < SETTLED:
         return r, out
     for t in found:
         bumped = t.with_time(profile, base, moved[t.name] + STEP)
-        out[t.name] = (math.log(predict(run, bumped).step_time_s) - math.log(step)) / STEP
+        out[t.name] = (math.log(model(predict(run, bumped))) - math.log(step)) / STEP
     return r, out
 
 
 def fit_shares(
-    runs: list[Observation], profile: HardwareProfile, fitted: set[str], values: list[CalibratedValue]
+    runs: list[Observation],
+    profile: HardwareProfile,
+    fitted: set[str],
+    values: list[CalibratedValue],
+    quantity: str = "step",
 ) -> HardwareProfile:
-    """The profile with the runs' residual shared among the terms (module doc); the moved terms are
-    appended to `values`. Runs the model already explains, or terms none of them exercises, move nothing."""
-    found = terms(runs, profile, fitted)
+    """The profile with the runs' residual of `quantity` (QUANTITIES) shared among the terms (module
+    doc); the moved terms are appended to `values`. Runs the model already explains, or terms none of
+    them exercises, move nothing."""
+    found = terms(runs, profile, fitted, quantity)
     if not runs or not found:
         return profile
     base = profile
@@ -201,7 +226,7 @@ def fit_shares(
     for _ in range(PASSES):
         steps: list[dict[str, float]] = []
         for run in runs:
-            r, g = _slopes(run, current, base, moved, found)
+            r, g = _slopes(run, current, base, moved, found, quantity)
             if abs(r) < SETTLED:
                 steps.append(dict.fromkeys(moved, 0.0))
                 continue
@@ -217,7 +242,8 @@ def fit_shares(
         current = base
         for t in found:
             current = t.with_time(current, base, moved[t.name])
-    source = "; ".join(from_run(o, o.step()) for o in runs)  # type: ignore[arg-type]
+    measure, _, what = QUANTITIES[quantity]
+    source = "; ".join(from_run(o, measure(o)) for o in runs)
     for t in found:
         x = moved[t.name]
         if abs(x) < 1e-9:
@@ -231,7 +257,7 @@ def fit_shares(
                     path=path,
                     probed=probed,
                     calibrated=after[path],
-                    note=note or "the run's step time, shared among the terms by their shares of it",
+                    note=note or f"{what}, shared among the terms by their shares of it",
                     source=source,
                 )
             )
