@@ -1,5 +1,5 @@
 """A step time that no timer splits (a throughput figure, a step time without wall_clock_breakdown),
-shared among the terms of the step model that the run exercises (pure).
+or the compute timers' time, shared among the terms of the step model that the run exercises (pure).
 
 One figure identifies one number: how far the run's step is from the prediction, r = ln(measured /
 predicted). Which terms caused it, it cannot say. Moving every time by one factor (the step scale) is
@@ -12,16 +12,19 @@ is x_k = g_k r / sum g^2 (the minimum-norm solution of one linear equation). A t
 exercise has g_k = 0 and stays at its prior, exactly: one figure identifies only the direction g, and
 the component of the profile orthogonal to it, which no run constrains, is left where it was (the
 likelihood-ratio rule of zerotune/calibrate/overheads.py, for a design of one run). Every term weighs
-the same (no term's prior is stated as surer than another's: a uniform prior in log space).
+the same (no term's prior is stated as surer than another's: a uniform prior in log space; on the
+published sources the figures barely move with the weights, docs/accuracy.md).
 
 A term is a rate or a time of the profile as predict_step reads it: the achieved FLOP/s of the run's
 precision, the bus bandwidth of a link, the optimizer and CPU Adam rates, the fixed per-step and
 per-micro-step costs, the host launch time of a block, the stage-3 module hook and the stage-1/2
 gradient hook. A rate stays under its physical ceiling (zerotune/calibrate/bounds.py): a term on its
-bound leaves the rest of the residual to the others. Several runs: each run's own minimum-norm move,
-averaged (a run's residual is its own evidence; the mean does not let runs the model cannot reconcile
-drive a term further than any one of them asks). Measured on the published sources
-(scripts/evidence/calibrate_from_log.py): see zerotune/calibrate/from_log.py ONE_RUN_ERROR_PCT."""
+bound leaves the rest of the residual to the others. The same sharing serves the compute timers (fwd +
+bwd_inner, QUANTITIES): their miss among FLOP/s and the host work inside them (launches, hooks). Several
+runs: each run's own minimum-norm move, averaged (a run's residual is its own evidence; the mean does
+not let runs the model cannot reconcile drive a term further than any one of them asks). Measured on the
+published sources (scripts/evidence/calibrate_from_log.py): see zerotune/calibrate/from_log.py
+ONE_RUN_ERROR_PCT."""
 
 from __future__ import annotations
 
