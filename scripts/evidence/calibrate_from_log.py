@@ -15,15 +15,19 @@ published.py run_hardware); the calibrated profile then predicts the source's ot
 source and overall: throughput MAPE before (the suite's own prediction) and after, and memory MAPE
 where the source gives max_allocated. Goal (issue 22): <= 10% throughput, <= 5% memory.
 
-`--runs` adds each run of every source: measured over predicted step time (one run's fit carries its
-ratio to the others, so a source whose ratios differ cannot be predicted from one run), the predicted
-step's parts (compute, exposed communication, optimizer + offload, fixed overhead), and the peak's signed
-error with the counter the source read (one run's gap is not applied: the spread of these errors within a
-source is what one run cannot identify).
+`--runs` adds each run of every source: measured over predicted step time (a source whose ratios differ
+between runs of the same mix of costs cannot be predicted from one run), the predicted step's parts
+(compute, exposed communication, optimizer + offload, fixed overhead), and the peak's signed error with
+the counter the source read (one run's gap is not applied: the spread of these errors within a source is
+what one run cannot identify), and the pairs of a source's runs that contradict each other on memory
+(zerotune.calibrate.log_terms.memory_contradictions: costed alike, measured apart).
 
 The CPU part (on this machine: calibrate from the log of one `zerotune bench` run, predict the held-out
 grid, next to `zerotune calibrate`'s own held-out MAPE) is a column of every round of
 scripts/evidence/calibration_stability.py: it measures timing, so it runs there, on a quiet machine.
+`--cpu` replays the rounds it recorded (data/evidence/calibration_runs/roundNN.json: the bench log, the
+probe-only profile it started from, the held-out runs) through this code's `calibrate --from-log` core,
+without running anything: the from-log held-out MAPE against the round's recorded calibrate MAPE.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ import argparse
 import json
 import statistics
 import sys
+import tempfile
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -49,6 +54,7 @@ from published import (  # noqa: E402
 )
 
 from zerotune.calibrate.from_log import fit_logs, observation_kind  # noqa: E402
+from zerotune.calibrate.log_terms import memory_contradictions  # noqa: E402
 from zerotune.calibrate.observation import Observation, predict, predict_peak  # noqa: E402
 from zerotune.diagnose.measure import Figure, Measured  # noqa: E402
 from zerotune.dsconfig.settings import resolve  # noqa: E402
@@ -158,7 +164,8 @@ def source_rows(runs: list[Any]) -> dict[str, Any] | None:
             row["mem_before_pct"] = _ape(predict_peak(held, held_base), mem.value)
             row["mem_after_pct"] = _ape(predict_peak(held, fitted), mem.value)
         rest_rows.append(row)
-    return {"runs": len(obs), "pairs": pairs, "rest": rest_rows, "run_rows": runs_rows}
+    contradicting = memory_contradictions([o for o, _ in obs], obs[0][1])
+    return {"runs": len(obs), "pairs": pairs, "rest": rest_rows, "run_rows": runs_rows, "contradictions": contradicting}
 
 
 def _mean(rows: list[dict[str, Any]], key: str, kind: str | None = None) -> float | None:
@@ -185,6 +192,7 @@ def published_part() -> dict[str, Any]:
                 "pairs": pairs,
                 "rest": found["rest"],
                 "run_rows": found["run_rows"],
+                "memory_contradictions": found["contradictions"],
                 "tput_before_pct": _mean(pairs, "tput_before_pct"),
                 "tput_after_pct": _mean(pairs, "tput_after_pct"),
                 "mem_before_pct": _mean(pairs, "mem_before_pct", "max_allocated"),
@@ -328,6 +336,56 @@ def print_runs(doc: dict[str, Any]) -> None:
             parts = "  ".join(f"{k} {v:7.3f}" for k, v in r["parts_s"].items())
             mem = f"  peak {r['mem_error_pct']:+6.1f}% {r['memory_kind']}" if r["mem_error_pct"] is not None else ""
             print(f"  {r['run'][:62]:62} {'x' + format(ratio, '.2f') if ratio else '    -':>6}  {parts}{mem}")
+        for line in s["memory_contradictions"]:
+            print(f"  contradiction: {line}")
+
+
+ROUNDS = REPO / "data" / "evidence" / "calibration_runs"
+STABILITY = REPO / "data" / "evidence" / "calibration_stability.json"
+
+
+def cpu_replay() -> list[dict[str, Any]]:
+    """Each recorded round: `calibrate --from-log` on its bench log from its probe-only profile (the
+    CLI's own reader and fit), the held-out runs predicted with it, next to the round's calibrate."""
+    from zerotune.calibrate.observe import observations
+    from zerotune.calibrate.stepmodel import predict_run
+    from zerotune.diagnose.analyse import Options
+    from zerotune.schema.hardware import HardwareProfile
+
+    recorded = {r["round"]: r for r in json.loads(STABILITY.read_text())["rows"]} if STABILITY.is_file() else {}
+    out = []
+    for path in sorted(ROUNDS.glob("round*.json")):
+        doc = json.loads(path.read_text())
+        log = (doc.get("from_log") or {}).get("log")
+        if not log:
+            continue
+        base = HardwareProfile.model_validate(doc["design"]["base"])
+        with tempfile.TemporaryDirectory() as tmp:
+            (Path(tmp) / "bench.log").write_text(log)
+            none = Options(config=None, model=None, profile=None, seq_len=None, world_size=None, checkpointing=None)
+            fitted = fit_logs(observations([str(Path(tmp) / "bench.log")], None, none, base, []), base).profile
+        held = doc["held_out"]
+        mape = statistics.fmean(abs(predict_run(r, fitted) / r["step_time_s"] - 1) for r in held) * 100
+        row = recorded.get(doc["round"], {})
+        out.append({"round": doc["round"], "loaded": doc["loaded"], "from_log_pct": mape,
+                    "recorded_from_log_pct": row.get("from_log_mape_pct"),
+                    "calibrate_pct": row.get("held_out_mape_pct")})  # fmt: skip
+    return out
+
+
+def print_cpu(rows: list[dict[str, Any]]) -> None:
+    within = 5.0  # issue 22: from-log within 5 points of calibrate (calibration_stability.FROM_LOG_WITHIN_PTS)
+    print("CPU rounds replayed (data/evidence/calibration_runs): held-out MAPE, calibrate (recorded) vs from-log")
+    print(f"{'round':>5} {'load':>5} {'calibrate':>9} {'from-log':>8} {'recorded':>8}  within {within:g} pts")
+    for r in rows:
+        cal, fl = r["calibrate_pct"], r["from_log_pct"]
+        ok = "-" if cal is None else ("yes" if fl - cal <= within else "no")
+        print(f"{r['round']:5d} {'yes' if r['loaded'] else 'no':>5} {_f(cal)} {_f(fl)} {_f(r['recorded_from_log_pct'])}  {ok}")
+    quiet = [r for r in rows if not r["loaded"] and r["calibrate_pct"] is not None]
+    if quiet:
+        gap = statistics.median(r["from_log_pct"] for r in quiet) - statistics.median(r["calibrate_pct"] for r in quiet)
+        n = sum(r["from_log_pct"] - r["calibrate_pct"] <= within for r in quiet)
+        print(f"quiet rounds: {n} of {len(quiet)} within {within:g} points; medians differ by {gap:+.1f} points")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -336,7 +394,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", action="store_true", help="each run: its measured/predicted ratio, parts, peak error")
     parser.add_argument("--markdown", action="store_true", help="the per-source and per-regime tables as markdown")
     parser.add_argument("--write", action="store_true", help=f"also write {OUT.relative_to(REPO)}")
+    parser.add_argument("--cpu", action="store_true",
+                        help="instead: replay the CPU rounds calibration_stability.py recorded (from-log vs calibrate)")
     args = parser.parse_args(argv)
+    if args.cpu:
+        print_cpu(cpu_replay())
+        return 0
     doc: dict[str, Any] = {"published": published_part()}
     if args.write:
         found = doc["published"]

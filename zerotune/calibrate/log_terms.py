@@ -7,9 +7,10 @@ from __future__ import annotations
 import math
 import statistics
 
-from zerotune.calibrate.bounds import busbw_ceiling, flops_ceiling, optimizer_floor
+from zerotune.calibrate.bounds import busbw_ceiling, optimizer_floor
 from zerotune.calibrate.lsq import bounded_lsq
 from zerotune.calibrate.observation import Observation, from_run, predict, sized
+from zerotune.calibrate.shares import fit_shares
 from zerotune.model.compute import achieved_flops
 from zerotune.model.counters import counter_bytes
 from zerotune.model.memory import estimate_memory
@@ -178,41 +179,18 @@ def fit_comm(
 def fit_compute(
     observations: list[Observation], profile: HardwareProfile, values: list[CalibratedValue], notes: list[str]
 ) -> HardwareProfile:
-    """Achieved FLOP/s from the runs' compute timers (fwd + bwd_inner: the forward and backward
-    compute, without the reduction waited for after it): one factor on every rate of the precision."""
+    """Achieved FLOP/s, and the host work that runs with the kernels, from the runs' compute timers
+    (fwd + bwd_inner: the forward and backward, without the reduction waited for after it): their miss
+    shared among FLOP/s (one factor on every rate of the precision, at most the GPU's peak) and the
+    launch and hook costs by their shares of the timed compute (zerotune/calibrate/shares.py). A
+    kernel-bound run moves FLOP/s; a launch-bound one (a GPU block costs the larger of its kernels and
+    its launches) moves the launch cost, which FLOP/s up to the peak could not make up."""
     runs = [o for o in observations if o.measured.compute_s is not None]
     if not runs:
         return profile
     precision = runs[0].workload.precision
     runs = [o for o in runs if o.workload.precision == precision]
-    ceiling, why = flops_ceiling(profile, precision)
-    top = top_flops(profile, precision)
-
-    def miss(log_factor: float) -> float:  # mean relative error of the compute time; falls as FLOP/s rises
-        trial = with_flops(profile, precision, math.exp(log_factor))
-        return statistics.fmean(predict(o, trial).compute_s / o.measured.compute_s.value - 1 for o in runs)  # type: ignore[union-attr]
-
-    low, high = -math.log(RANGE), math.log(ceiling / top) if math.isfinite(ceiling) else math.log(RANGE)
-    note = "every FLOP/s of the precision scaled by one factor"
-    if miss(high) > 0:
-        log_k, note = high, f"on its ceiling: {why}"
-    elif miss(low) < 0:
-        log_k, note = low, f"on its floor: 1/{RANGE:g} of the profile's"
-    else:
-        for _ in range(BISECTIONS):
-            mid = (low + high) / 2
-            low, high = (mid, high) if miss(mid) > 0 else (low, mid)
-        log_k = (low + high) / 2
-    values.append(
-        CalibratedValue(
-            path=f"compute.achieved_flops.{precision}",
-            probed=top,
-            calibrated=top * math.exp(log_k),
-            note=note,
-            source="; ".join(from_run(o, o.measured.compute_s) for o in runs),  # type: ignore[union-attr]
-        )
-    )
-    return with_flops(profile, precision, math.exp(log_k))
+    return fit_shares(runs, profile, {v.path for v in values}, values, quantity="compute")
 
 
 def _solve_scale(here: list[float], measured: list[float], base_step: float, free_step: bool) -> tuple[float, float]:
@@ -261,14 +239,21 @@ def fit_timed_overhead(
 def fit_scale(
     observations: list[Observation], profile: HardwareProfile, values: list[CalibratedValue], notes: list[str]
 ) -> HardwareProfile:
-    """What is left of the measured step times: one factor on every predicted time
-    (`overheads.step_scale`) and the per-step overhead, t_i = s (T_i + dc): least squares of the
-    relative errors, s within [1/RANGE, RANGE], the per-step cost >= 0. The per-step term is fitted
-    only when the runs differ in tokens per optimizer step and it predicts each of 3 or more runs from
-    the others better than the scale alone (leave-one-out): from two runs it extrapolates wildly."""
+    """What is left of the measured step times. The step time of a run without compute timers is first
+    shared among the terms the run exercises, in proportion to their shares of its step
+    (zerotune/calibrate/shares.py: the least change of the profile that explains it; a stage-2 run
+    leaves the stage-3 hooks where they were). What the terms cannot take (every one on its bound), and
+    what the timers leave, is one factor on every predicted time (`overheads.step_scale`) and the
+    per-step overhead, t_i = s (T_i + dc): least squares of the relative errors, s within [1/RANGE,
+    RANGE], the per-step cost >= 0. The per-step term is fitted only when the runs differ in tokens per
+    optimizer step and it predicts each of 3 or more runs from the others better than the scale alone
+    (leave-one-out): from two runs it extrapolates wildly."""
     runs = [o for o in observations if o.step() is not None]
     if not runs:
         return profile
+    untimed = [o for o in runs if o.measured.compute_s is None]
+    if untimed:
+        profile = fit_shares(untimed, profile, {v.path for v in values}, values)
     measured = [o.step().value for o in runs]  # type: ignore[union-attr]
     s0 = profile.overheads.step_scale or 1.0
     plain = profile.model_copy(update={"overheads": profile.overheads.model_copy(update={"step_scale": None})})
@@ -310,7 +295,7 @@ def fit_scale(
             path="overheads.step_scale",
             probed=s0,
             calibrated=scale,
-            note="every predicted time x this: the step time the runs measured that no single term identifies",
+            note="every predicted time x this: what the runs measured that the terms do not explain (1: nothing)",
             source=source,
         )
     )
@@ -331,6 +316,59 @@ def _gaps(runs: list[Observation], profile: HardwareProfile) -> tuple[list[float
     return gaps, floors, peaks
 
 
+SAME_PEAK = 0.01
+"""Two runs whose estimates hold the same live bytes at every phase of the step, and the same peak of
+the counter they read, to this share are costed as the same memory job: what differs between them
+(gradient accumulation at stage 3, a knob that allocates nothing) the model says holds nothing at any
+phase (1%: below any published figure's rounding)."""
+
+
+def memory_contradictions(runs: list[Observation], profile: HardwareProfile) -> list[str]:
+    """One line per contradicting pair (contradicting_pairs)."""
+    return [line for _, _, line in contradicting_pairs(runs, profile)]
+
+
+def contradicting_pairs(runs: list[Observation], profile: HardwareProfile) -> list[tuple[Observation, Observation, str]]:
+    """Pairs of runs of one machine that cannot both be right about their job: the estimate costs them
+    alike (the same live bytes at every phase, the same counter peak), so any miss of the model is the
+    same for both (the same phases, the same terms; two jobs that only peak alike, as checkpointing on
+    and off both peaking in the optimizer step, are not costed alike), yet their measured peaks differ
+    by more than the job's published memory band (zerotune/model/band.py: how far the model misses
+    whole jobs, 80% of published runs). One of them ran another job than its
+    config says (another micro-batch, checkpointing off, a different attention kernel) or read another
+    counter: no memory term of the machine can be fitted to both."""
+    from zerotune.model.band import job_band
+
+    out = []
+    rows = []
+    for o in runs:
+        if o.measured.peak_bytes is None:
+            continue
+        memory = estimate_memory(o.spec, o.workload, o.zero, hardware=sized(profile, o.workload))
+        phases = [p.total for p in memory.timeline]
+        rows.append((o, counter_bytes(memory, o.measured.peak_kind), o.measured.peak_bytes.value, phases))
+
+    def alike(x: float, y: float) -> bool:
+        return abs(x - y) <= SAME_PEAK * max(x, y, 1)
+
+    for i, (a, pa, ma, ta) in enumerate(rows):
+        for b, pb, mb, tb in rows[i + 1 :]:
+            same = len(ta) == len(tb) and all(alike(x, y) for x, y in zip(ta, tb, strict=True))
+            if a.measured.peak_kind != b.measured.peak_kind or not alike(pa, pb) or not same:
+                continue
+            offload = a.zero.offload_optimizer.device != "none" or a.zero.offload_param.device != "none"
+            band = job_band(a.spec, a.workload, offload)
+            if band is None or band.memory is None or abs(max(ma, mb) / min(ma, mb) - 1) <= band.memory:
+                continue
+            out.append((a, b,
+                f"{a.label} and {b.label}: the estimate gives both {pa / GiB:.1f} GiB {a.measured.peak_kind}, they "
+                f"measured {ma / GiB:.1f} and {mb / GiB:.1f} GiB ({abs(max(ma, mb) / min(ma, mb) - 1):.0%} apart, more "
+                f"than the {band.memory:.0%} memory band): they contradict each other (one ran another job than its "
+                "config says, or read another counter), so no memory slack is fitted to them"
+            ))  # fmt: skip
+    return out
+
+
 def fit_memory(
     observations: list[Observation], profile: HardwareProfile, values: list[CalibratedValue], notes: list[str]
 ) -> HardwareProfile:
@@ -344,12 +382,29 @@ def fit_memory(
     if profile.gpu is None:
         notes.append("the profile has no GPU: the runs' memory peaks are not fitted")
         return profile
+    left_out = {id(o) for a, b, _ in contradicting_pairs(runs, profile) for o in (a, b)}
+    if left_out and len(runs) >= 2:
+        notes.append(
+            f"{len(left_out)} runs left out of the memory slack: they contradict each other (findings)"
+        )
+        runs = [o for o in runs if id(o) not in left_out]
+        if not runs:
+            return profile
     gaps, floors, peaks = _gaps(runs, profile)
     if len(runs) < 2:
-        notes.append(
-            f"{runs[0].label}: its peak is {gaps[0] / GiB:+.2f} GiB off the estimate; not applied to other jobs: one run "
-            "cannot tell this machine's memory slack from its own job's (give two or more logs)"
+        why = (
+            "max_allocated counts live tensors only (no CUDA context, no allocator cache), so its gap is this "
+            "job's tensors, not the machine's"
+            if runs[0].measured.peak_kind == "max_allocated"
+            else "one run cannot tell this machine's memory slack from its own job's"
         )
+        notes.append(
+            f"{runs[0].label}: its peak is {gaps[0] / GiB:+.2f} GiB off the estimate; not applied to other jobs from "
+            f"one run: {why} (give two or more logs)"
+        )
+        return profile
+    if memory_contradictions(runs, profile):
+        notes.append("memory slack not fitted: runs the estimate costs alike measured different peaks (findings)")
         return profile
     without = statistics.fmean(abs(g) / p for g, p in zip(gaps, peaks, strict=True))
     loo = statistics.fmean(

@@ -152,15 +152,19 @@ def inputs_provenance(profile: HardwareProfile, precision: str) -> str:
     ops = sorted(perf.collectives) if perf is not None else []
     parts = [
         ("FLOP/s " + precision, number_source(profile, f"compute.achieved_flops.{precision}")
-         if profile.compute.achieved_flops.get(precision) else "assumed"),
+         if profile.compute.achieved_flops.get(precision) or profile.compute.shape_points.get(precision)
+         else "assumed"),
         ("collectives", _worst([number_source(profile, f"{link}.collectives.{op}.busbw_Bps") for op in ops])
          if ops else "assumed"),
         ("optimizer step", number_source(profile, "overheads.optimizer_params_per_s")
          if profile.overheads.optimizer_params_per_s else _cpu_adam_source(profile)),
         ("DeepSpeed overheads", _overheads_source(profile)),
     ]  # fmt: skip
+    scale = profile.overheads.step_scale
     for what, path in (("step time scale", "overheads.step_scale"), ("per-step overhead", "overheads.per_step_s")):
         said = number_source(profile, path)
+        if path == "overheads.step_scale" and (scale is None or abs(scale - 1) < 1e-3):
+            continue  # the run's terms explain it: no factor on every time
         if said.startswith("from your run"):
             parts.append((what, said))
     if profile.gpu is not None and profile.gpu.memory_slack_bytes is not None:
@@ -179,6 +183,10 @@ def _overheads_source(profile: HardwareProfile) -> str:
     known = sum(value is not None for value in terms.values())
     if known == 0:
         return "not modelled (uncalibrated)"
+    if profile.calibration is not None:  # moved by the user's own run (calibrate --from-log/--measured)
+        yours = [v for v in profile.calibration.values if v.source and v.path.removeprefix("overheads.") in terms]
+        if yours:
+            return f"from your run ({', '.join(dict.fromkeys(v.path.removeprefix('overheads.') for v in yours))}: {yours[0].source})"
     design = profile.calibration is not None and any(not v.source for v in profile.calibration.values)
     how = "calibrated" if design else (
         "fitted on published runs" if profile.overheads.origin == "published" else "assumed")
