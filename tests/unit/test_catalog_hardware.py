@@ -165,10 +165,12 @@ def test_nvlink_beats_pcie_for_every_collective() -> None:
     nvlink = [p.intra_node for p in profiles if p.intra_node.kind.startswith("nvlink")]
     pcie = [p.intra_node for p in profiles if p.intra_node.kind.startswith("pcie")]
     assert len(nvlink) >= 5 and len(pcie) >= 3
+    gen4 = [link for link in pcie if link.kind in ("pcie3", "pcie4")]
     for op in RING_OPS:
         slowest_nvlink = min(link.collectives[op].busbw_Bps for link in nvlink)
-        fastest_pcie = max(link.collectives[op].busbw_Bps for link in pcie)
-        assert slowest_nvlink > 5 * fastest_pcie
+        # PCIe Gen5 (28 GB/s measured on 8 GPUs, NVIDIA/nccl#1639) against NVLink2 (115) is the closest pair
+        assert slowest_nvlink > 3 * max(link.collectives[op].busbw_Bps for link in pcie)
+        assert slowest_nvlink > 5 * max(link.collectives[op].busbw_Bps for link in gen4)
 
 
 def test_no_p2p_is_recorded_where_the_brief_says_so() -> None:
