@@ -246,6 +246,32 @@ def test_unknown_name_suggests_close_names() -> None:
     assert "4xrtx4090" in info.value.hint
 
 
+@pytest.mark.parametrize(
+    ("typed", "expected", "not_offered"),
+    [
+        ("a10g", ["g5-12xlarge", "g5-48xlarge"], "dgx-a100"),  # difflib alone offered the A100 profiles
+        ("L4", ["g6-12xlarge", "g6-48xlarge"], "8xl40s-pcie"),
+        ("h100-pcie", ["8xh100-pcie"], "8xa100-pcie"),
+        ("RTX 6000", ["8xrtx6000ada"], "8xa6000"),  # the RTX A6000 is another card
+        ("rtx4090", ["4xrtx4090"], "8xrtx3090"),
+    ],
+)
+def test_a_gpu_name_suggests_the_profiles_of_that_gpu(
+    typed: str, expected: list[str], not_offered: str
+) -> None:
+    with pytest.raises(InputError) as info:
+        load_profile(typed)
+    message = info.value.message
+    assert f"(profiles with that GPU: {', '.join(expected)})" in message
+    assert not_offered not in message
+
+
+def test_a_name_matching_no_gpu_falls_back_to_close_names() -> None:
+    with pytest.raises(InputError) as info:
+        load_profile("g5.12xlarge")
+    assert "did you mean g5-12xlarge" in info.value.message
+
+
 def test_missing_file_is_an_input_error(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="not found"):
         load_profile(str(tmp_path / "nope.yaml"))
