@@ -406,3 +406,38 @@ def test_overheads_provenance_names_published_fits_and_missing_terms() -> None:
         load_profile("dgx-h100"), "bf16"
     )
     assert "DeepSpeed overheads not modelled" in inputs_provenance(cpu_probe_profile(), "fp32")
+
+
+# --- cloud instances and derived efficiencies ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "cpu", "cores"),
+    [("g5-12xlarge", "EPYC 7R32", 24), ("g5-48xlarge", "EPYC 7R32", 96), ("g6-12xlarge", "EPYC 7R13", 24)],
+)
+def test_cloud_instances_name_their_host_so_cpu_adam_follows_it(name: str, cpu: str, cores: int) -> None:
+    """An instance's CPU is published (vCPUs = 2 threads per core): CPU Adam is derived from it, not from a
+    DGX reference host or the fallback."""
+    from zerotune.model.offload import node_cpu_adam
+
+    profile = load_profile(name)
+    assert cpu in profile.host.cpu_model and profile.host.cpu_cores == cores
+    _, why = node_cpu_adam(profile)
+    assert cpu in why and "reference host" not in why and why != "fallback"
+
+
+@pytest.mark.parametrize(
+    ("name", "matmul_tflops", "peak_tflops"),
+    [
+        ("g5-12xlarge", 69.47, 70.0),  # A10G bf16 10240^3, zzc0721/torch-performance-test-data#126
+        ("g6-12xlarge", 56.9, 121.0),  # L4 bf16 10240^3 under its 72 W cap, same repository #120
+        ("g4dn-4xlarge-tcp", 24.0, 65.0),  # T4 fp16 4096^3 under its 70 W cap, NVIDIA developer forum
+    ],
+)
+def test_mfu_from_a_measured_matmul_is_half_its_ceiling(name: str, matmul_tflops: float, peak_tflops: float) -> None:
+    """Profiles without a published training MFU derive it from a measured large matmul: training reaches half
+    of the matmul ceiling where both are published (H100 0.40 / 0.801, A100 0.44 / 0.859)."""
+    profile = load_profile(name)
+    assert profile.gpu.peak_flops(profile.default_precision) == pytest.approx(peak_tflops * 1e12)
+    assert profile.compute.mfu_assumption == pytest.approx(0.50 * matmul_tflops / peak_tflops, abs=0.001)
+    assert 0.40 / 0.801 == pytest.approx(0.50, abs=0.01) and 0.44 / 0.859 == pytest.approx(0.50, abs=0.02)
