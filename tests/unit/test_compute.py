@@ -140,6 +140,7 @@ def test_sibling_mfu_is_the_anchor_on_the_anchor_and_rises_with_bandwidth():
     [
         ("8xh20", 0.40, "H100 SXM", 989.4 / 3.35, 148 / 4.0),
         ("h200-node", 0.40, "H100 SXM", 989.4 / 3.35, 989.4 / 4.8),
+        ("8xh100-pcie", 0.40, "H100 SXM", 989.4 / 3.35, 756 / 2.0),
         ("dgx-a100-40g", 0.50, "A100 SXM", 312 / 2.039, 312 / 1.555),
     ],
 )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import math
 import os
+import re
 from pathlib import Path
 from typing import Any, get_args
 
@@ -57,12 +58,46 @@ def load_profile(ref: str) -> HardwareProfile:
     if candidate.is_file():
         return _load_file(candidate)
     names = list_profiles()
-    close = difflib.get_close_matches(ref, names, n=3, cutoff=0.5)
     message = f"unknown hardware profile {ref!r}"
-    if close:
+    by_gpu = profiles_with_gpu(ref)
+    close = difflib.get_close_matches(ref, names, n=3, cutoff=0.5)
+    if by_gpu:
+        message += f" (profiles with that GPU: {', '.join(by_gpu)})"
+    elif close:
         message += f" (did you mean {', '.join(close)}?)"
     hint = f"known profiles: {', '.join(names)}" if names else f"no profiles found in {hardware_dir()}"
     raise InputError(message, hint=hint + "; or pass the path of a profile file")
+
+
+_VENDOR_WORDS = frozenset({"nvidia", "geforce", "tesla"})
+
+
+def _gpu_words(text: str) -> list[str]:
+    """The words of a GPU name as a user types them: lower case, vendor and brand words dropped."""
+    return [w for w in re.findall(r"[a-z0-9]+", text.lower()) if w not in _VENDOR_WORDS]
+
+
+def profiles_with_gpu(ref: str) -> list[str]:
+    """Catalog profiles whose GPU a reference names (`a10g`, `h100-pcie`, `RTX 6000`, `rtx4090`): every word of
+    the reference is a word of the GPU's name, or two or three of its words run together. A user who types
+    the GPU they have gets the profiles of that GPU, not the names that merely look alike (`a10g` is not
+    `dgx-a100-80g`). Files that do not load are skipped: this only feeds a suggestion."""
+    wanted = _gpu_words(ref)
+    if not wanted:
+        return []
+    found = []
+    for name in list_profiles():
+        try:
+            gpu = _load_file(hardware_dir() / f"{name}.yaml").gpu
+        except InputError:
+            continue
+        if gpu is None:
+            continue
+        words = _gpu_words(gpu.name)
+        joined = {"".join(words[i : i + k]) for k in (1, 2, 3) for i in range(len(words) - k + 1)}
+        if all(w in joined for w in wanted):
+            found.append(name)
+    return found
 
 
 def _load_file(path: Path) -> HardwareProfile:
