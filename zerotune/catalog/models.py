@@ -45,8 +45,8 @@ def list_models() -> list[str]:
 def load_architecture(name: str) -> Architecture:
     """The catalog profile behind a name or alias (source URL, hf_class, dimensions)."""
     catalog = _catalog(catalog_dir())
-    key = _key(name)
-    canonical = _aliases(catalog).get(key)
+    aliases = _aliases(catalog)
+    canonical = aliases.get(_key(name, strip=False)) or aliases.get(_key(name))
     if canonical is None:
         raise _unknown(name, catalog)
     return _read_profile(catalog[canonical])
@@ -293,12 +293,13 @@ def _catalog(directory: Path) -> dict[str, Path]:
 
 
 def _aliases(catalog: dict[str, Path]) -> dict[str, str]:
-    """Normalised name or alias -> catalog name."""
-    table = {}
-    for name, path in catalog.items():
-        for alias in (name, *_read_profile(path).aliases):
-            table[_key(alias)] = name
-    return table
+    """Normalised name or alias -> catalog name, each as written and without its fine-tune suffixes. A name
+    as written wins (Mistral-7B-Instruct-v0.3 is mistral-7b-v0.3, whose vocabulary differs), then a base
+    name's stripped form (Mistral-7B-Instruct-v0.2 is mistral-7b), then a fine-tune alias's stripped form."""
+    pairs = [(n, a) for n, path in catalog.items() for a in (n, *_read_profile(path).aliases)]
+    variants = {_key(a): n for n, a in pairs if _key(a) != _key(a, strip=False)}
+    bases = {_key(a): n for n, a in pairs if _key(a) == _key(a, strip=False)}
+    return variants | bases | {_key(a, strip=False): n for n, a in pairs}
 
 
 _FINE_TUNE_SUFFIXES = frozenset({"hf", "chat", "instruct", "it", "base", "thinking"})
@@ -307,13 +308,13 @@ conversions and chat/instruction/reasoning fine-tunes (Llama-2-7b-chat-hf, Meta-
 gemma-3-27b-it, Qwen3-30B-A3B-Thinking-2507)."""
 
 
-def _key(name: str) -> str:
+def _key(name: str, strip: bool = True) -> str:
     """Lower case, no org prefix or separators, without fine-tune suffixes (and a fine-tune release's
     version or YYMM date): "meta-llama/Llama-2-7b-chat-hf" -> "llama27b", "Mistral-7B-Instruct-v0.2" ->
     "mistral7b", "Qwen3-30B-A3B-Instruct-2507" -> "qwen330ba3b"."""
     name = name.strip().lower().rsplit("/", 1)[-1]
     tokens = [t for t in re.split(r"[-_ ]", name) if t]
-    while len(tokens) > 1:
+    while strip and len(tokens) > 1:
         last = tokens[-1]
         versioned = (
             re.fullmatch(r"v\d+(\.\d+)*|\d{4}", last) and len(tokens) > 2 and tokens[-2] in _FINE_TUNE_SUFFIXES
