@@ -205,6 +205,7 @@ def test_names_and_aliases(ref: str) -> None:
         ("codellama/CodeLlama-7b-Instruct-hf", "codellama-7b"),
         ("deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B", "deepseek-r1-distill-qwen-1.5b"),
         ("deepseek-ai/DeepSeek-R1-Distill-Qwen-7B", "qwen2.5-7b"),
+        ("01-ai/Yi-34B-200K", "yi-34b-200k"),
         ("01-ai/Yi-34B-Chat", "yi-34b"),
     ],
 )
