@@ -420,6 +420,10 @@ LIVE = [
     "deepseek-v2-lite",
     "gpt-oss-20b",
     "olmo-2-1124-7b",
+    "phi-2",
+    "gemma-2-27b",
+    "pythia-70m",
+    "chatglm3-6b",
 ]
 FUSED_EXPERTS = {"mixtral-8x7b", "qwen3-30b-a3b", "deepseek-v2-lite", "gpt-oss-20b"}
 
