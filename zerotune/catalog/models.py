@@ -107,7 +107,32 @@ def model_from_hf_config(config: dict, name: str) -> ModelSpec:
     """ModelSpec of a Hugging Face config.json dict (parsed without transformers)."""
     if not isinstance(config, dict):
         raise InputError(f"{name}: a config.json must hold a JSON object")
-    return build_model(parse_hf_config(config, name))
+    try:
+        return build_model(parse_hf_config(config, name))
+    except InputError as exc:
+        same = _same_architecture(config) if "unsupported architecture" in exc.message else []
+        if not same:
+            raise
+        raise InputError(f"{exc.message.split('; closest supported')[0]}; the catalog has it: --model {same[0]}") from None
+
+
+def _same_architecture(config: dict) -> list[str]:
+    """Catalog names whose class is this remote-code config's (architectures, or auto_map's causal-LM entry:
+    ChatGLM's config names ChatGLMModel there) and whose width, depth and vocabulary are its own: a remote-code model the
+    catalog describes in a supported family (chatglm3-6b, baichuan2-7b/13b); the vocabulary tells Baichuan-13B
+    (64000) from Baichuan2-13B (125696)."""
+    classes = {str(c) for c in config.get("architectures") or []}
+    classes |= {str(v).rsplit(".", 1)[-1] for v in (config.get("auto_map") or {}).values()}
+    shape = (
+        config.get("hidden_size"),
+        config.get("num_hidden_layers") or config.get("num_layers"),
+        config.get("vocab_size") or config.get("padded_vocab_size"),
+    )
+    return [
+        name
+        for name, path in _catalog(catalog_dir()).items()
+        if (arch := _read_profile(path)).hf_class in classes and (arch.hidden, arch.layers, arch.vocab) == shape
+    ]
 
 
 # --- ad-hoc models ---------------------------------------------------------------------------
