@@ -35,8 +35,11 @@ def hf_param_numels(config: dict[str, Any], hf_class: str) -> list[int]:
 
     fields = {k: v for k, v in config.items() if k != "model_type"}
     cfg = transformers.AutoConfig.for_model(config["model_type"], **fields)
+    # a remote-code class (ChatGLM, Baichuan) is not in transformers: its profile describes the same tensors
+    # in a supported family, whose causal-LM class builds them here
+    model_class = getattr(transformers, hf_class, None)
     with torch.device("meta"):
-        model = getattr(transformers, hf_class)(cfg)
+        model = model_class(cfg) if model_class else transformers.AutoModelForCausalLM.from_config(cfg)
     return [p.numel() for p in model.parameters()]
 
 

@@ -194,6 +194,31 @@ def test_names_and_aliases(ref: str) -> None:
     assert load_model(ref).name == "llama-7b"
 
 
+@pytest.mark.parametrize(
+    ("ref", "name"),
+    [
+        ("mistralai/Mistral-7B-Instruct-v0.3", "mistral-7b-v0.3"),  # v0.3's 32768-token vocabulary
+        ("mistralai/Mistral-7B-Instruct-v0.2", "mistral-7b"),  # v0.2 keeps v0.1's shapes
+        ("mistralai/Mixtral-8x22B-Instruct-v0.1", "mixtral-8x22b-instruct"),
+        ("mistralai/Mixtral-8x22B-v0.1", "mixtral-8x22b"),
+        ("google/gemma-2-9b-it", "gemma-2-9b"),
+        ("codellama/CodeLlama-7b-Instruct-hf", "codellama-7b"),
+        ("deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B", "deepseek-r1-distill-qwen-1.5b"),
+        ("deepseek-ai/DeepSeek-R1-Distill-Qwen-7B", "qwen2.5-7b"),
+        ("01-ai/Yi-34B-200K", "yi-34b-200k"),
+        ("01-ai/Yi-34B-Chat", "yi-34b"),
+    ],
+)
+def test_a_variant_named_as_written_wins_over_its_base(ref: str, name: str) -> None:
+    assert load_model(ref).name == name
+
+
+def test_vocabulary_tells_the_variants_apart() -> None:
+    """The instruct releases that changed the tokenizer differ by exactly the two [vocab, hidden] tables."""
+    assert load_model("mistral-7b-v0.3").params - load_model("mistral-7b").params == 2 * 768 * 4096
+    assert load_model("mixtral-8x22b-instruct").params - load_model("mixtral-8x22b").params == 2 * 768 * 6144
+
+
 def test_profile_and_directory_paths(tmp_path: Path) -> None:
     assert load_model(str(catalog_dir() / "gpt2.yaml")).params == 124_439_808
     snapshot = tmp_path / "my-model"
@@ -395,6 +420,10 @@ LIVE = [
     "deepseek-v2-lite",
     "gpt-oss-20b",
     "olmo-2-1124-7b",
+    "phi-2",
+    "gemma-2-27b",
+    "pythia-70m",
+    "chatglm3-6b",
 ]
 FUSED_EXPERTS = {"mixtral-8x7b", "qwen3-30b-a3b", "deepseek-v2-lite", "gpt-oss-20b"}
 

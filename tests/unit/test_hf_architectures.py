@@ -11,6 +11,8 @@ publishes (safetensors metadata on the Hugging Face model page, or the model's p
 - Qwen/Qwen1.5-MoE-A2.7B: 14,315,784,192 (safetensors metadata), 2,689,173,504 active per token
   ("A2.7B": all but 56 of 60 routed experts in each of 24 layers).
 - microsoft/Phi-3-medium-4k-instruct: 13,960,238,080 (model size reported for the checkpoint).
+- microsoft/phi-2: 2,779,683,840 (safetensors metadata, "2.78B params" on the model page; the model card's
+  "2.7 billion parameters").
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ COUNTS = {
     "gpt-neox-20b.json": 20_554_567_680,
     "qwen1.5-moe-a2.7b.json": 14_315_784_192,
     "phi-3-medium.json": 13_960_238_080,
+    "phi-2.json": 2_779_683_840,
 }
 
 
@@ -47,6 +50,16 @@ def test_non_embedding_and_active_counts():
     assert all(len(block.tensors) == 4 + 4 + 3 for block in gemma.blocks)  # 4 norms, q k v o, gate up down
     qwen = load_model(str(HF / "qwen1.5-moe-a2.7b.json"))
     assert qwen.active_params == 2_689_173_504
+
+
+def test_phi_2_one_norm_per_block_and_a_biased_head():
+    phi = load_model(str(HF / "phi-2.json"))
+    h, f = 2560, 10240
+    ln, linear = (h, h), (h * h, h)
+    assert phi.blocks[0].tensors == ln + 4 * linear + (h * f, f, f * h, h)  # LN, q k v dense, fc1 fc2
+    assert phi.layers[-1].name == "lm_head" and phi.layers[-1].tensors == (51200 * h, 51200)
+    with pytest.raises(InputError, match="qk_layernorm"):
+        parse_hf_config({"model_type": "phi", "qk_layernorm": True}, name="x")
 
 
 @pytest.mark.parametrize("name", sorted(COUNTS))

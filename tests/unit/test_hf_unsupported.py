@@ -46,6 +46,26 @@ def test_remote_code_config_is_one_line_and_exit_2(cli, tmp_path):
     assert "remote code" in res.stderr and '"model_type": "deepseek_v3"' in res.stderr
 
 
+CHATGLM3 = {  # THUDM/chatglm3-6b config.json (https://huggingface.co/THUDM/chatglm3-6b/blob/main/config.json)
+    "model_type": "chatglm", "architectures": ["ChatGLMModel"],
+    "auto_map": {"AutoModelForCausalLM": "modeling_chatglm.ChatGLMForConditionalGeneration"},
+    "num_layers": 28, "hidden_size": 4096, "ffn_hidden_size": 13696, "kv_channels": 128, "num_attention_heads": 32,
+    "multi_query_group_num": 2, "padded_vocab_size": 65024, "add_qkv_bias": True, "add_bias_linear": False,
+}  # fmt: skip
+
+
+def test_a_remote_code_config_the_catalog_describes_names_the_entry(cli, tmp_path):
+    """ChatGLM's fields are not Llama's (num_layers, padded_vocab_size): renaming model_type would not map it, the
+    catalog entry does; a config of the same class but another shape gets the generic line."""
+    (tmp_path / "config.json").write_text(json.dumps(CHATGLM3))
+    res = cli("memory", "--model", tmp_path, "--gpus", "8")
+    assert res.code == 2 and res.stderr.strip().count("\n") == 0, res.stderr
+    assert "remote code" in res.stderr and "--model chatglm3-6b" in res.stderr
+    (tmp_path / "config.json").write_text(json.dumps(CHATGLM3 | {"padded_vocab_size": 151552}))
+    res = cli("memory", "--model", tmp_path, "--gpus", "8")
+    assert "chatglm3-6b" not in res.stderr and "closest supported" in res.stderr
+
+
 def test_a_known_model_type_with_remote_code_is_parsed():
     """DeepSeek-V2-Lite's config.json has auto_map (its own modeling code) but transformers' deepseek_v2
     builds the same tensors: a known model_type wins over auto_map."""

@@ -9,7 +9,7 @@ module, so counts are computed, never typed in; they equal transformers' own
 Shapes were read from transformers' modeling files (models/<family>/modeling_<family>.py):
 
 - decoder-only (llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gemma, gemma2,
-  gemma3_text, phi3, olmo2, gpt_oss, falcon, gpt2, gpt_neox, bloom): token embedding [V, h] (+ learned
+  gemma3_text, phi3, phi, olmo2, gpt_oss, falcon, gpt2, gpt_neox, bloom): token embedding [V, h] (+ learned
   positions [P, h] for GPT-2, + a LayerNorm for BLOOM); per block an attention norm, q [H·d, h], k and v
   [Hkv·d, h] (one fused tensor for Phi-3/Falcon/GPT-2/GPT-NeoX/BLOOM), o [h, H·d], an MLP norm, then
   gate/up [f, h] (fused for Phi-3) and down [h, f], or up/down for plain MLPs; Gemma 2 and Gemma 3 add a
@@ -18,7 +18,8 @@ Shapes were read from transformers' modeling files (models/<family>/modeling_<fa
   attention and MLP); gpt-oss biases q/k/v/o and adds a sink logit per head [H]; Mixtral, Qwen2/3-MoE
   and gpt-oss add a router [E, h] (biased for gpt-oss) and E experts (biased for gpt-oss), Qwen2-MoE
   also a shared expert (gate/up/down of its own size) and its gate [1, h]; a final norm; lm_head [V, h]
-  unless tied (GPT-NeoX: embed_out).
+  unless tied (GPT-NeoX: embed_out; Phi-1/2: with a bias [V], after one LayerNorm per block feeding the
+  parallel attention and MLP, biased q/k/v/dense and fc1/fc2).
 - DeepSeek-V2/V3 (modeling_deepseek_v2.py, modeling_deepseek_v3.py): multi-head latent attention
   (`MLA`: q_a [r_q, h] -> RMSNorm [r_q] -> q_b [H·(d_nope + d_rope), r_q], or one q_proj when r_q is
   None; kv_a [r_kv + d_rope, h] -> RMSNorm [r_kv] -> kv_b [H·(d_nope + d_v), r_kv]; o [h, H·d_v]);
@@ -65,6 +66,7 @@ Family = Literal[
     "gpt_oss",
     "olmo2",
     "phi3",
+    "phi",
     "falcon",
     "gpt2",
     "gpt_neox",
@@ -161,6 +163,7 @@ class Architecture(BaseModel):
     qkv_bias: bool = False
     out_bias: bool = Field(False, description="bias on the attention output projection")
     mlp_bias: bool = False
+    head_bias: bool = Field(False, description="bias on lm_head [V] (Phi-1/1.5/2's PhiForCausalLM)")
 
     position: Literal["rope", "learned", "alibi", "relative"]
     max_positions: int | None = Field(None, gt=0, description="context length; the size of learned positions")
@@ -318,7 +321,8 @@ def _decoder_layers(arch: Architecture) -> list[LayerSpec]:
     ]
     layers.append(LayerSpec(name="norm", kind="norm", tensors=tuple(norm)))
     if not arch.tied_embeddings:
-        layers.append(LayerSpec(name="lm_head", kind="head", tensors=(arch.vocab * h,)))
+        head = (arch.vocab * h, arch.vocab) if arch.head_bias else (arch.vocab * h,)
+        layers.append(LayerSpec(name="lm_head", kind="head", tensors=head))
     return layers
 
 

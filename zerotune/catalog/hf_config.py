@@ -98,6 +98,7 @@ _DEFAULT_CLASS = {
     "olmo2": "Olmo2ForCausalLM",
     "gpt_neox": "GPTNeoXForCausalLM",
     "phi3": "Phi3ForCausalLM",
+    "phi": "PhiForCausalLM",
     "falcon": "FalconForCausalLM",
     "gpt2": "GPT2LMHeadModel",
     "bloom": "BloomForCausalLM",
@@ -201,6 +202,8 @@ def to_hf_config(arch: Architecture) -> dict[str, Any]:
             "ffn_hidden_size": arch.ffn,
             "max_position_embeddings": arch.max_positions or 2048,
         }
+    if arch.family == "phi":
+        return common | _decoder_dims(arch) | {"max_position_embeddings": arch.max_positions or 2048}
     if arch.family == "gpt2":
         return common | {
             "n_embd": arch.hidden,

@@ -253,6 +253,36 @@ def _gpt_neox(get: Getter, family: str) -> dict[str, Any]:
     )
 
 
+def _phi(get: Getter, family: str) -> dict[str, Any]:
+    """Phi-1/1.5/2 (PhiConfig defaults): one LayerNorm per block feeding the parallel attention and MLP, q/k/v and
+    dense with biases, a biased GELU MLP (fc1/fc2), a final LayerNorm and a biased, untied lm_head. qk_layernorm
+    (a LayerNorm over each head's q and k, off in the released checkpoints) is refused rather than miscounted."""
+    if get("qk_layernorm", default=False):
+        raise InputError(
+            f"{get.name}: Phi with qk_layernorm is not supported",
+            hint="microsoft/phi-1, phi-1_5 and phi-2 set it false; `zerotune memory` also takes --params",
+        )
+    heads = get("num_attention_heads", default=32)
+    return dict(
+        layers=get("num_hidden_layers", default=24),
+        hidden=get("hidden_size", default=2048),
+        heads=heads,
+        kv_heads=get("num_key_value_heads", default=heads),
+        ffn=get("intermediate_size", default=8192),
+        vocab=get("vocab_size", default=51200),
+        tied_embeddings=get("tie_word_embeddings", default=False),
+        gated_mlp=False,
+        norm="layernorm",
+        block_norms=1,
+        qkv_bias=True,
+        out_bias=True,
+        mlp_bias=True,
+        head_bias=True,
+        position="rope",
+        max_positions=get("max_position_embeddings", default=2048),
+    )
+
+
 def _falcon(get: Getter, family: str) -> dict[str, Any]:
     """Falcon: fused qkv; 40B's new_decoder_architecture has kv groups and two parallel LayerNorms."""
     hidden, heads = get("hidden_size", "n_embed"), get("num_attention_heads", "n_head")
@@ -353,6 +383,7 @@ PARSERS = {family: _llama_like for family in LLAMA_LIKE} | {
     "deepseek_v3": _deepseek,
     "gpt_oss": _gpt_oss,
     "falcon": _falcon,
+    "phi": _phi,
     "gpt2": _gpt2,
     "gpt_neox": _gpt_neox,
     "bloom": _bloom,

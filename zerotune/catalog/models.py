@@ -45,8 +45,8 @@ def list_models() -> list[str]:
 def load_architecture(name: str) -> Architecture:
     """The catalog profile behind a name or alias (source URL, hf_class, dimensions)."""
     catalog = _catalog(catalog_dir())
-    key = _key(name)
-    canonical = _aliases(catalog).get(key)
+    aliases = _aliases(catalog)
+    canonical = aliases.get(_key(name, strip=False)) or aliases.get(_key(name))
     if canonical is None:
         raise _unknown(name, catalog)
     return _read_profile(catalog[canonical])
@@ -107,7 +107,32 @@ def model_from_hf_config(config: dict, name: str) -> ModelSpec:
     """ModelSpec of a Hugging Face config.json dict (parsed without transformers)."""
     if not isinstance(config, dict):
         raise InputError(f"{name}: a config.json must hold a JSON object")
-    return build_model(parse_hf_config(config, name))
+    try:
+        return build_model(parse_hf_config(config, name))
+    except InputError as exc:
+        same = _same_architecture(config) if "unsupported architecture" in exc.message else []
+        if not same:
+            raise
+        raise InputError(f"{exc.message.split('; closest supported')[0]}; the catalog has it: --model {same[0]}") from None
+
+
+def _same_architecture(config: dict) -> list[str]:
+    """Catalog names whose class is this remote-code config's (architectures, or auto_map's causal-LM entry:
+    ChatGLM's config names ChatGLMModel there) and whose width, depth and vocabulary are its own: a remote-code model the
+    catalog describes in a supported family (chatglm3-6b, baichuan2-7b/13b); the vocabulary tells Baichuan-13B
+    (64000) from Baichuan2-13B (125696)."""
+    classes = {str(c) for c in config.get("architectures") or []}
+    classes |= {str(v).rsplit(".", 1)[-1] for v in (config.get("auto_map") or {}).values()}
+    shape = (
+        config.get("hidden_size"),
+        config.get("num_hidden_layers") or config.get("num_layers"),
+        config.get("vocab_size") or config.get("padded_vocab_size"),
+    )
+    return [
+        name
+        for name, path in _catalog(catalog_dir()).items()
+        if (arch := _read_profile(path)).hf_class in classes and (arch.hidden, arch.layers, arch.vocab) == shape
+    ]
 
 
 # --- ad-hoc models ---------------------------------------------------------------------------
@@ -293,12 +318,13 @@ def _catalog(directory: Path) -> dict[str, Path]:
 
 
 def _aliases(catalog: dict[str, Path]) -> dict[str, str]:
-    """Normalised name or alias -> catalog name."""
-    table = {}
-    for name, path in catalog.items():
-        for alias in (name, *_read_profile(path).aliases):
-            table[_key(alias)] = name
-    return table
+    """Normalised name or alias -> catalog name, each as written and without its fine-tune suffixes. A name
+    as written wins (Mistral-7B-Instruct-v0.3 is mistral-7b-v0.3, whose vocabulary differs), then a base
+    name's stripped form (Mistral-7B-Instruct-v0.2 is mistral-7b), then a fine-tune alias's stripped form."""
+    pairs = [(n, a) for n, path in catalog.items() for a in (n, *_read_profile(path).aliases)]
+    variants = {_key(a): n for n, a in pairs if _key(a) != _key(a, strip=False)}
+    bases = {_key(a): n for n, a in pairs if _key(a) == _key(a, strip=False)}
+    return variants | bases | {_key(a, strip=False): n for n, a in pairs}
 
 
 _FINE_TUNE_SUFFIXES = frozenset({"hf", "chat", "instruct", "it", "base", "thinking"})
@@ -307,13 +333,13 @@ conversions and chat/instruction/reasoning fine-tunes (Llama-2-7b-chat-hf, Meta-
 gemma-3-27b-it, Qwen3-30B-A3B-Thinking-2507)."""
 
 
-def _key(name: str) -> str:
+def _key(name: str, strip: bool = True) -> str:
     """Lower case, no org prefix or separators, without fine-tune suffixes (and a fine-tune release's
     version or YYMM date): "meta-llama/Llama-2-7b-chat-hf" -> "llama27b", "Mistral-7B-Instruct-v0.2" ->
     "mistral7b", "Qwen3-30B-A3B-Instruct-2507" -> "qwen330ba3b"."""
     name = name.strip().lower().rsplit("/", 1)[-1]
     tokens = [t for t in re.split(r"[-_ ]", name) if t]
-    while len(tokens) > 1:
+    while strip and len(tokens) > 1:
         last = tokens[-1]
         versioned = (
             re.fullmatch(r"v\d+(\.\d+)*|\d{4}", last) and len(tokens) > 2 and tokens[-2] in _FINE_TUNE_SUFFIXES
