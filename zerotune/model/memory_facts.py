@@ -44,10 +44,11 @@ class Facts:
 
 
 RMSNORM_FAMILIES = (
-    "llama", "mistral", "mixtral", "qwen2", "gemma", "phi3",
+    "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "gemma", "gemma2", "phi3",
     "qwen3", "qwen3_moe", "gemma3_text", "gemma3", "deepseek_v2", "deepseek_v3", "gpt_oss", "olmo2",
 )  # fmt: skip
 """Families whose HF blocks use the fp32-upcasting RMSNorm (T5's variant is not a decoder LM here):
+Qwen2MoeRMSNorm, Gemma2RMSNorm (x.float(), then (1 + weight) in fp32: transformers PR #29402),
 Qwen3RMSNorm, Gemma3RMSNorm, DeepseekV3RMSNorm, GptOssRMSNorm and Olmo2RMSNorm upcast to fp32 as
 LlamaRMSNorm does."""
 
