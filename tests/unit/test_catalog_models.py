@@ -455,3 +455,13 @@ def test_live_transformers_fixture(recorder) -> None:
     assert sorted(n for layer in model_from_hf_config(config, "f").layers for n in layer.tensors) == sorted(
         numels
     )
+
+
+def test_a_catalog_name_is_itself_under_the_alias_table() -> None:
+    """load_architecture reads a catalog name's own file without building the alias table (recommend's
+    start-up): that shortcut is right only while no other entry's alias claims a catalog name."""
+    from zerotune.catalog.models import _aliases, _catalog, _key, catalog_dir
+
+    catalog = _catalog(catalog_dir())
+    table = _aliases(catalog)
+    assert {name: table[_key(name, strip=False)] for name in catalog} == {name: name for name in catalog}

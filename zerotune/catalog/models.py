@@ -45,6 +45,8 @@ def list_models() -> list[str]:
 def load_architecture(name: str) -> Architecture:
     """The catalog profile behind a name or alias (source URL, hf_class, dimensions)."""
     catalog = _catalog(catalog_dir())
+    if name.strip().lower() in catalog:  # a catalog name is itself (no need to read every profile's aliases)
+        return _read_profile(catalog[name.strip().lower()])
     aliases = _aliases(catalog)
     canonical = aliases.get(_key(name, strip=False)) or aliases.get(_key(name))
     if canonical is None:
