@@ -20,6 +20,7 @@ from zerotune.catalog.hf_config import parse_hf_config
 from zerotune.errors import InputError
 from zerotune.files import is_readable_file, read_json, read_yaml
 from zerotune.schema.model import ModelSpec
+from zerotune.schema.workload import DEFAULT_SEQ_LEN
 
 # ad-hoc models: the Llama-2 shape rules (Touvron et al. 2023, arXiv 2307.09288, Table 1 / config.json)
 ADHOC_HEAD_DIM = 128
@@ -73,10 +74,6 @@ LEARNED_POSITIONS = frozenset({"gpt2"})
 """Families with a learned absolute position table (GPT-2's wpe: nn.Embedding(n_positions, hidden)):
 it has no row past max_positions, so a longer sequence fails in the forward. Rotary (Llama, Mistral,
 Qwen2, Gemma, Phi-3, Falcon) and ALiBi (BLOOM) / relative (T5) positions run past it, untrained."""
-
-
-DEFAULT_SEQ_LEN = 2048
-"""--seq-len when none is given: the Llama-2-era pre-training length (seed 002)."""
 
 
 def default_seq_len(model: ModelSpec) -> tuple[int, str | None]:

@@ -18,7 +18,7 @@ from zerotune.dsconfig.settings import ResolvedConfig, ZeroSettings, resolve
 from zerotune.schema.hardware import HardwareProfile
 from zerotune.schema.job import SAFETY_MARGIN, modelled_optimizer
 from zerotune.schema.model import ModelSpec
-from zerotune.schema.workload import Workload
+from zerotune.schema.workload import DEFAULT_SEQ_LEN, Workload
 from zerotune.units import fmt_bytes
 
 PHASE_TERM = {
@@ -54,7 +54,7 @@ class Job:
     spec_source: str = ""
     world: int = 1
     world_source: str = "assumed"
-    seq_len: int = 2048
+    seq_len: int = DEFAULT_SEQ_LEN
     seq_source: str = "assumed"
     checkpointing: bool = True
     checkpointing_source: str = "assumed"

@@ -35,7 +35,7 @@ from zerotune.errors import InputError
 from zerotune.model.fit import SAFETY_MARGIN
 from zerotune.schema.hardware import HardwareProfile
 from zerotune.schema.model import ModelSpec
-from zerotune.schema.workload import Precision, Workload
+from zerotune.schema.workload import DEFAULT_SEQ_LEN, Precision, Workload
 from zerotune.search.candidate import Candidate
 from zerotune.search.evaluate import Evaluation, Evaluator, MemoryFn, StepFn
 from zerotune.search.objective import (
@@ -83,7 +83,7 @@ the step time by a few percent, not by tens)."""
 class SearchRequest:
     """What the user asked for (the CLI's options), validated."""
 
-    seq_len: int = 2048
+    seq_len: int = DEFAULT_SEQ_LEN
     global_batch_tokens: int = DEFAULT_GLOBAL_BATCH_TOKENS
     objective: Objective = "throughput"
     hourly_rate_usd: float | None = None
