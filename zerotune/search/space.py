@@ -44,7 +44,9 @@ __all__ = [  # Candidate and the grids moved out of this module; imported from h
 ]
 
 DEFAULT_GLOBAL_BATCH_TOKENS = 2**21
-"""Target tokens per optimizer step (2,097,152): the middle of the 1-4M range the seeds advise."""
+"""Target tokens per optimizer step (2,097,152): the middle of the 1-4M range the seed notes advise for
+stable Adam at scale (shared/seeds/002); published pre-training runs sit in it (GPT-3 0.5-3.2M tokens,
+arXiv 2005.14165 Table 2.1; Llama 2 4M, arXiv 2307.09288 §2.2)."""
 FINETUNE_GLOBAL_BATCH_SEQUENCES = 64
 """--task finetune: sequences per optimizer step, Llama 2's supervised fine-tuning batch (arXiv
 2307.09288 §3.1: batch size 64)."""
