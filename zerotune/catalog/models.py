@@ -26,9 +26,9 @@ from zerotune.schema.workload import DEFAULT_SEQ_LEN
 ADHOC_HEAD_DIM = 128
 ADHOC_VOCAB = 32000
 ADHOC_FFN_MULTIPLE = 256
-ADHOC_TOLERANCE = 0.01
+ADHOC_TOLERANCE = 0.01  # a solved shape within 1% of --params, which people quote to 2-3 digits ("6.7B")
 ADHOC_MAX_FFN_RATIO = 16  # ffn/hidden beyond any real model (Gemma-7B: 8) means the inputs disagree
-ADHOC_MAX_WIDTH = 65536
+ADHOC_MAX_WIDTH = 65536  # 4x the widest released dense model's hidden size (Llama-3.1-405B: 16384)
 ADHOC_MAX_LAYERS = 10_000  # ~80x Llama-3.1-405B's 126 blocks; the spec lists every block, so cap it
 ADHOC_MAX_PARAMS = 1e14  # 100T: reachable within ADHOC_MAX_LAYERS at ADHOC_MAX_WIDTH
 
