@@ -373,7 +373,7 @@ class OverlapBufferMemory(Rule):
             return
         key, bucket = ctx.zero_value("reduce_bucket_size")
         elem = DTYPE_BYTES[ctx.precision]
-        need = 3 * bucket * elem
+        need = 3 * bucket * elem  # 2·R·E double buffer + ~R·E flatten temporary (shared/reference/DEEPSPEED_FACTS.md §4.1)
         if need > BUFFER_SHARE * hw.memory_bytes:
             yield self.emit(
                 ctx,
