@@ -27,7 +27,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from zerotune.calibrate.check import LAUNCH_SPREAD_PCT, Decision, calmer, decide, load_decided, needs_repeat
+from zerotune.calibrate.check import (
+    BAND_PCT,
+    LAUNCH_SPREAD_PCT,
+    Decision,
+    calmer,
+    decide,
+    load_decided,
+    needs_repeat,
+)
 from zerotune.calibrate.design import DesignRun, design
 from zerotune.calibrate.fit import Fit, fit
 from zerotune.calibrate.load import LoadMeter
@@ -55,7 +63,7 @@ measured again while the budget allows."""
 LOGGED_STEPS = 1
 """Steps with the communication logger on (bucket latencies, optimizer segment): one, as the held-out
 measurements of scripts/evidence/accuracy.py; the collective fit takes medians over every run's calls."""
-REPEAT_PRECISION_PCT = 5.0
+REPEAT_PRECISION_PCT = BAND_PCT / 2
 """A run whose median step time is known less well than this (relative standard error, percent) after
 its steps stopped is measured again: half of the 10% band (zerotune/calibrate/check.py BAND_PCT)."""
 BUDGET_S = 90.0
