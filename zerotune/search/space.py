@@ -68,7 +68,9 @@ def batch_splits(
 
     micro_batch runs over powers of two; grad_accum = round(target_sequences / (micro*W)), at
     least 1. Pairs that overshoot the target by more than 2x are dropped unless nothing else
-    is left (a tiny target on a big cluster).
+    is left (a tiny target on a big cluster). `max_micro_batch` (64) bounds the search, ASSUMED: per-micro-step
+    costs are amortised well before it at the default 2048 tokens (131K tokens per GPU per micro-step);
+    very short sequences could gain past it.
     """
     target_seqs = max(1, round(global_batch_tokens / seq_len))
     pairs: list[tuple[int, int]] = []
