@@ -74,7 +74,7 @@ calibration_runs/round01,03,05,07,09.json, design.base); a host with more free c
 FALLBACK_BUSBW_Bps = 100e9 / 8 * LINK_EFFICIENCY
 """Last resort when a profile has neither measured nor nominal link numbers (stated in the notes):
 a 100 Gbps link at LINK_EFFICIENCY, 10 GB/s. ASSUMED: the slowest inter-node link DeepSpeed's
-maintainers discuss for multi-node ZeRO ("100 Gbps is not enough", microsoft/DeepSpeed#2928), so an
+maintainers discuss for multi-node ZeRO ("100 Gbps is not enough", microsoft/DeepSpeed#2928; ANCHORS.md §2b), so an
 unknown link is costed as a poor one; `zerotune probe` measures the real one."""
 
 
