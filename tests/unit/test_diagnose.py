@@ -550,3 +550,29 @@ def test_an_hf_config_is_modelled_as_the_trainer_filled_it(tmp_path: Path, cli) 
     assert flagged.memory.predicted_bytes < report.memory.predicted_bytes  # the flag wins over the log
     bare = diagnose(LLAMA_OOM.encode(), model="llama-7b", config=str(path), seq_len=2048, world_size=8)
     assert any("micro_batch 1 (assumed: pass --micro-batch)" in n for n in bare.notes)
+
+
+def test_slow_verdict_is_beyond_the_error_predict_quotes(tmp_path: Path) -> None:
+    """'slower than the model expects' only past the expected error predict states for the job."""
+    cfg = tmp_path / "ds.json"
+    cfg.write_text(
+        json.dumps(
+            {
+                "train_micro_batch_size_per_gpu": 1,
+                "bf16": {"enabled": True},
+                "zero_optimization": {"stage": 2},
+            }
+        )
+    )
+
+    def step(total_ms: float):
+        line = f"[rank0]: [Rank 0] time (ms) | fwd: {total_ms / 3} | bwd: {total_ms * 2 / 3} | step: 0.0"
+        return diagnose((line + "\n").encode(), model="llama-7b", config=str(cfg), world_size=8).step
+
+    first = step(1000.0)
+    assert first is not None
+    predicted = first.predicted_ms
+    inside, beyond = step(predicted * 1.1), step(predicted * 3.0)
+    assert inside is not None and beyond is not None
+    assert "slower than the model expects" not in inside.text
+    assert "slower than the model expects" in beyond.text and "expected error" in beyond.text

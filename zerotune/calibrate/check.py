@@ -35,7 +35,7 @@ from typing import Any
 BAND_PCT = 10.0
 """The step-time accuracy target of a calibrated profile (issue 9: calibrated MAPE <= 10%)."""
 
-LOAD_SPIKE = 0.05
+LOAD_SPIKE = BAND_PCT / 100 / 2
 """Largest slowdown of the runs by other processes (foreign cores / cores) a calibration accepts:
 half of BAND_PCT, so that load alone cannot use up the error budget."""
 

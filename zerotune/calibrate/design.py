@@ -21,6 +21,8 @@ from typing import Any
 
 SMALL_BUCKET = 100_000
 LARGE_BUCKET = 50_000_000
+"""Bucket sizes (elements) of the design's small- and large-message runs, 500x apart so alpha and busbw
+separate (module docstring); design choices, not facts about the host."""
 PERSISTENCE = 1_000
 """Stage-3 persistence threshold of the design (elements): below every matrix of the proxy, above
 its norm weights, so the gathers are the matrices (DeepSpeed's default 1e5 would keep small

@@ -98,7 +98,7 @@ def run_distributed(options: CalibrateOptions, say: Say = lambda _: None) -> Out
     from zerotune.bench.run import check_dependencies, detect_device, run_bench
     from zerotune.calibrate.design import design
     from zerotune.calibrate.fit import fit
-    from zerotune.calibrate.run import CPU_SEQ_LEN, CPU_WIDTH_SCALE, decision, gpu_precision
+    from zerotune.calibrate.run import CPU_WIDTH_SCALE, decision, gpu_precision, proxy_seq_len
     from zerotune.catalog.hardware import load_profile
     from zerotune.catalog.models import load_model
     from zerotune.probe.distributed import _watchdog
@@ -124,7 +124,7 @@ def run_distributed(options: CalibrateOptions, say: Say = lambda _: None) -> Out
         _init_group(kind, options.timeout_s)
         nodes = world // local_world
         scale = options.width_scale or (1.0 if kind == "cuda" else CPU_WIDTH_SCALE)
-        seq = options.seq_len or (CPU_SEQ_LEN if kind == "cpu" else min(2048, model.max_seq_len or 2048))
+        seq = options.seq_len or proxy_seq_len(kind, model)
         plan = design(
             options.micro_batch,
             seq,

@@ -27,21 +27,33 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from zerotune.calibrate.check import Decision, calmer, decide, load_decided, needs_repeat
+from zerotune.calibrate.check import (
+    BAND_PCT,
+    LAUNCH_SPREAD_PCT,
+    Decision,
+    calmer,
+    decide,
+    load_decided,
+    needs_repeat,
+)
 from zerotune.calibrate.design import DesignRun, design
 from zerotune.calibrate.fit import Fit, fit
 from zerotune.calibrate.load import LoadMeter
 from zerotune.calibrate.pool import RankPool
 from zerotune.errors import InputError, RunFailed
 from zerotune.schema.hardware import HardwareProfile
+from zerotune.schema.model import ModelSpec
 
 CPU_WIDTH_SCALE = 0.125
 """The CPU proxy of the design: llama-7b at 1/8 width (hidden 512, 2 blocks, ~12M params): a step
 takes 0.1-0.5 s on 2 gloo ranks, so the whole design fits the 4-minute budget on a 2-core host."""
-CPU_SEQ_LEN = 128
-PRECISION = 0.03
-"""Target relative standard error of each run's median step time (zerotune.bench.noise)."""
+PRECISION = LAUNCH_SPREAD_PCT / 100
+"""Target relative standard error of each run's median step time (zerotune.bench.noise): how much one
+launch of a job differs from the next (check.py LAUNCH_SPREAD_PCT, 3.1%), which the fit cannot beat, so
+measuring one launch more finely buys nothing."""
 MAX_STEPS = 15
+"""Measured steps per run at most; TIME_CAP_S stops the slow runs first. ASSUMED, not measured: enough for
+the median's standard error to reach PRECISION at the fast runs' step-to-step noise."""
 TIME_CAP_S = 4.0
 """Seconds of measured steps per run at most, whatever the precision reached. Each run's wall time is
 ~60% process launch, imports and engine init when launched on its own (a loaded 2026-11-25 round: 27-49 s of 37-70 s per run),
@@ -51,7 +63,7 @@ measured again while the budget allows."""
 LOGGED_STEPS = 1
 """Steps with the communication logger on (bucket latencies, optimizer segment): one, as the held-out
 measurements of scripts/evidence/accuracy.py; the collective fit takes medians over every run's calls."""
-REPEAT_PRECISION_PCT = 5.0
+REPEAT_PRECISION_PCT = BAND_PCT / 2
 """A run whose median step time is known less well than this (relative standard error, percent) after
 its steps stopped is measured again: half of the 10% band (zerotune/calibrate/check.py BAND_PCT)."""
 BUDGET_S = 90.0
@@ -65,6 +77,17 @@ HOST_MEMORY_RUNS = 3
 three give a median that one disturbed measurement cannot move."""
 
 Say = Callable[[str], None]
+
+
+def proxy_seq_len(kind: str, model: ModelSpec) -> int:
+    """The design runs' sequence length unless --seq-len says otherwise: `zerotune bench`'s for the same
+    device (bench/run.py CPU_SEQ_LEN, GPU_SEQ_LEN, capped at the model's positions), so a calibration
+    and a bench of one proxy run the same shape."""
+    from zerotune.bench.run import CPU_SEQ_LEN, GPU_SEQ_LEN
+
+    if kind == "cpu":
+        return CPU_SEQ_LEN
+    return min(GPU_SEQ_LEN, model.max_seq_len or GPU_SEQ_LEN)
 
 
 @dataclass
@@ -214,7 +237,7 @@ def calibrate(options: CalibrateOptions, say: Say = lambda _: None) -> Outcome:
     base, origin = base_profile(options, nproc, kind, deadline, say)
     timings = {"probe": time.monotonic() - start}
     scale = options.width_scale or (1.0 if kind == "cuda" else CPU_WIDTH_SCALE)
-    seq = options.seq_len or (CPU_SEQ_LEN if kind == "cpu" else min(2048, model.max_seq_len or 2048))
+    seq = options.seq_len or proxy_seq_len(kind, model)
     plan = design(
         options.micro_batch, seq, wide=kind == "cpu", precision=gpu_precision() if kind == "cuda" else "fp32"
     )

@@ -20,14 +20,15 @@ from zerotune.catalog.hf_config import parse_hf_config
 from zerotune.errors import InputError
 from zerotune.files import is_readable_file, read_json, read_yaml
 from zerotune.schema.model import ModelSpec
+from zerotune.schema.workload import DEFAULT_SEQ_LEN
 
 # ad-hoc models: the Llama-2 shape rules (Touvron et al. 2023, arXiv 2307.09288, Table 1 / config.json)
 ADHOC_HEAD_DIM = 128
 ADHOC_VOCAB = 32000
 ADHOC_FFN_MULTIPLE = 256
-ADHOC_TOLERANCE = 0.01
+ADHOC_TOLERANCE = 0.01  # a solved shape within 1% of --params, which people quote to 2-3 digits ("6.7B")
 ADHOC_MAX_FFN_RATIO = 16  # ffn/hidden beyond any real model (Gemma-7B: 8) means the inputs disagree
-ADHOC_MAX_WIDTH = 65536
+ADHOC_MAX_WIDTH = 65536  # 4x the widest released dense model's hidden size (Llama-3.1-405B: 16384)
 ADHOC_MAX_LAYERS = 10_000  # ~80x Llama-3.1-405B's 126 blocks; the spec lists every block, so cap it
 ADHOC_MAX_PARAMS = 1e14  # 100T: reachable within ADHOC_MAX_LAYERS at ADHOC_MAX_WIDTH
 
@@ -75,10 +76,6 @@ LEARNED_POSITIONS = frozenset({"gpt2"})
 """Families with a learned absolute position table (GPT-2's wpe: nn.Embedding(n_positions, hidden)):
 it has no row past max_positions, so a longer sequence fails in the forward. Rotary (Llama, Mistral,
 Qwen2, Gemma, Phi-3, Falcon) and ALiBi (BLOOM) / relative (T5) positions run past it, untrained."""
-
-
-DEFAULT_SEQ_LEN = 2048
-"""--seq-len when none is given: the Llama-2-era pre-training length (seed 002)."""
 
 
 def default_seq_len(model: ModelSpec) -> tuple[int, str | None]:

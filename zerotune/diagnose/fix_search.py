@@ -142,7 +142,7 @@ def knob_buckets(config: dict[str, Any], ckpt: bool, job: Job) -> Iterator[Edit]
     r = resolved(config, job)
     if r.zero.stage == 0:
         return
-    for div in (2, 5, 10):
+    for div in (2, 5, 10):  # 1-2-5 steps down (dsconfig/knobs.py log_points); the memory model prices each
         new = max(1, r.zero.reduce_bucket_size // div)
         reason = f"smaller gradient reduction buckets: {fmt_count(r.zero.reduce_bucket_size)} → {fmt_count(new)} elements"
         yield _zero_edit(config, ckpt, {"reduce_bucket_size": (new, reason)})

@@ -186,13 +186,19 @@ HF_EXAMPLE_ALLGATHER_BUCKET = 200_000_000
 """allgather_bucket_size in HF's ZeRO-2 example config."""
 
 
+HF_PREFETCH_SHARE = 0.9
+"""HF's "auto" stage3_prefetch_bucket_size per h * h (module docstring)."""
+HF_PERSISTENCE_PER_HIDDEN = 10
+"""HF's "auto" stage3_param_persistence_threshold per h (module docstring)."""
+
+
 def hf_hidden_size_values(model: ModelSpec) -> dict[str, int]:
     """HF's three "auto" formulas for `model` (see module docstring)."""
     h = model.hidden_size
     return {
         "reduce_bucket_size": h * h,
-        "stage3_prefetch_bucket_size": int(0.9 * h * h),
-        "stage3_param_persistence_threshold": 10 * h,
+        "stage3_prefetch_bucket_size": int(HF_PREFETCH_SHARE * h * h),
+        "stage3_param_persistence_threshold": HF_PERSISTENCE_PER_HIDDEN * h,
     }
 
 

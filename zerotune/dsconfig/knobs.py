@@ -37,8 +37,8 @@ class GridBasis:
     small_tensors: tuple[int, ...]
     """the distinct tensor sizes <= 1M of the model's blocks, sorted (norm weights, biases)"""
     saturating: tuple[int, ...]
-    """the smallest gradient buckets reaching 90% of peak busbw: reduce-scatter (stage 3) and
-    all-reduce (stage 1/2), where the profile says"""
+    """the smallest gradient buckets reaching 90% of peak busbw (search/saturation.py BUSBW_TARGET):
+    reduce-scatter (stage 3) and all-reduce (stage 1/2), where the profile says"""
     defaults: Mapping[str, Any]
     """DeepSpeed 0.19.8's default per ZeroSettings field (settings.ZeroSettings)"""
 

@@ -21,6 +21,9 @@ from zerotune.errors import InputError
 from zerotune.units import MiB
 
 BLOCK_BYTES = 8 * MiB
+"""Bytes per write/read call: what DeepSpeed's NVMe swapper keeps in flight by default, aio block_size
+1 MiB x queue_depth 8 (DeepSpeed 0.19.8 runtime/swap_tensor/constants.py:20-22). One synchronous call of
+that size stands in for its eight parallel requests."""
 
 
 @dataclass(frozen=True)

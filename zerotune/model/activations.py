@@ -105,7 +105,8 @@ def autocast_loss(cross_entropy: str, elem_bytes: int, autocast: bool) -> str:
 CPU_CHECKPOINT_GPU_INPUTS = 3
 """Block inputs still on the GPU under cpu_checkpointing: the last one, never offloaded because the
 first backward needs it at once (`keep_last_count=1`), and up to two whose copy to the host is in
-flight (`max_fwd_stash_count=2`), the engine's defaults as checkpointing.py builds it (DeepSpeed 0.19.8)."""
+flight (`max_fwd_stash_count=2`), as checkpointing.py builds the engine (DeepSpeed 0.19.8
+runtime/activation_checkpointing/checkpointing.py:510; offload_activations.py:70-72 defaults)."""
 
 ASSUMPTIONS = (
     "activations: HF Trainer's kernels unless the workload names others (SDPA attention, fp32 loss at "

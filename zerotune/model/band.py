@@ -20,8 +20,10 @@ BAND_COVERAGE = 0.8
 """Share of the published runs of a category a band must cover (issue 18: >= 80%)."""
 
 LONG_CONTEXT = 16384
-"""Tokens per sequence from which a job counts as long context (where the s x s attention products
-reach the matmuls' FLOPs for 7B-class models: 4·s·H·Q vs 2·N/L per token per block)."""
+"""Tokens per sequence from which a job counts as long context: where the s x s attention products stop
+being a small correction. Per token per block they cost 4·s·H·Q FLOPs against the matmuls' 2·N/L; for
+Llama-2-7B (H·Q = 4096, N/L = 202M) that is 66% at s = 16384 (equal at ~24.7K, a third at 8K). The cut
+at the power of two past half is a choice, not fitted on the published runs."""
 
 CATEGORIES = ("offload", "moe", "long context", "multi-node", "fused kernels", "dense")
 """Band categories, most specific first: a job takes the first that applies."""

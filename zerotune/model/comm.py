@@ -41,9 +41,11 @@ from zerotune.schema.hardware import HardwareProfile, LinkClass
 from zerotune.units import GB
 
 LINK_EFFICIENCY = 0.8
-"""busbw / nominal link bandwidth assumed when a profile quotes only the link's nominal bandwidth.
-nccl-tests all_reduce on NVLink/NVSwitch and on 400G InfiniBand reaches 75-90% of the nominal
-per-GPU rate at large sizes (NVIDIA nccl-tests doc/PERFORMANCE.md; DGX H100 reference results)."""
+"""busbw / nominal link bandwidth assumed when a profile quotes only the link's nominal bandwidth:
+large-message nccl-tests all_reduce on 8x H200 NVSwitch with NVLink SHARP off reaches 367.6 of 450 GB/s,
+82% (stas00/ml-engineering network/benchmarks/results/all-reduce-8xH200.md; shared/reference/ANCHORS.md
+§2b); 8x A100 NVSwitch ~230 of 300 GB/s, 77% (NVIDIA/nccl#1712, as zerotune/profiles/hardware/8xa800.yaml);
+the H100 ring collectives ~370 of 450 GB/s, 82% (NVIDIA/nccl-tests#212, zerotune/profiles/hardware/dgx-h100.yaml)."""
 
 TCP_SOCKET_EFFICIENCY = 0.4
 """busbw / nominal for NCCL over TCP sockets (Ethernet without RDMA, EFA or InfiniBand: link kind `tcp`
@@ -61,12 +63,19 @@ def is_tcp(link: LinkClass | None) -> bool:
     return link is not None and link.backend == "nccl" and link.kind.startswith(("tcp", "eth"))
 
 
-DEFAULT_ALPHA_S = {"nccl": 20e-6, "gloo": 100e-6}
-"""Latency assumed when a profile has no measured alpha: NCCL ring latency is tens of microseconds
-(nccl-tests small-message times); gloo over TCP loopback is around 0.1 ms."""
+DEFAULT_ALPHA_S = {"nccl": 40e-6, "gloo": 0.8e-3}
+"""Latency assumed when a profile has no measured alpha. NCCL: the ~40 us flat small-message time of
+torch.distributed all_reduce on 8x H200 NVSwitch (stas00/ml-engineering network/benchmarks/results/
+all-reduce-8xH200.md, 32-512 KiB), the value the catalog's NVSwitch profiles state (dgx-h100.yaml).
+gloo: what `zerotune probe` measured for 2 gloo ranks on this project's 2-vCPU testbed, quiet rounds of
+the 2026-11-27 stability series: 0.26-1.6 ms per collective, median 0.78 ms (data/evidence/
+calibration_runs/round01,03,05,07,09.json, design.base); a host with more free cores runs lower."""
 
-FALLBACK_BUSBW_Bps = 10e9
-"""Last resort when a profile has neither measured nor nominal link numbers (stated in the notes)."""
+FALLBACK_BUSBW_Bps = 100e9 / 8 * LINK_EFFICIENCY
+"""Last resort when a profile has neither measured nor nominal link numbers (stated in the notes):
+a 100 Gbps link at LINK_EFFICIENCY, 10 GB/s. ASSUMED: the slowest inter-node link DeepSpeed's
+maintainers discuss for multi-node ZeRO ("100 Gbps is not enough", microsoft/DeepSpeed#2928; ANCHORS.md §2b), so an
+unknown link is costed as a poor one; `zerotune probe` measures the real one."""
 
 
 @dataclass(frozen=True)

@@ -46,9 +46,13 @@ from zerotune.schema.hardware import HardwareProfile, ShapePoint
 from zerotune.schema.model import LayerSpec, ModelSpec
 
 DEFAULT_MFU = 0.4
-"""Achieved/peak when a profile states neither achieved FLOP/s nor an MFU assumption: typical of
-well-tuned dense transformer training on A100/H100 (Chowdhery et al. 2022 Table 3 reports 46% MFU
-for PaLM 540B; Narayanan et al. 2021 report 52% of peak on A100s)."""
+"""Achieved/peak when a profile states neither achieved FLOP/s nor an MFU assumption and its GPU generation
+has no published figure (GENERATION_MFU). ASSUMED, not measured on those GPUs: the low end of what large
+tuned runs publish on data-centre parts (PaLM 540B 46.2% MFU, Chowdhery et al. 2022 Table 3; GPT 1T 52% of
+A100 peak, Narayanan et al. 2021 Table 1; Llama 3 405B 38-43% on H100, GENERATION_MFU). The catalog's
+Turing, GA102 and Ada profiles (TITAN RTX, RTX 3090/4090, A6000, A40, L40S) run on it; their 17
+published runs are predicted at 17.7-54.5% MAPE per GPU leave-one-source-out, 13 slow and 4 fast (loso.py), so
+they do not pin it. A probe or calibration on the GPU replaces it."""
 
 
 GENERATION_MFU: dict[tuple[str, str], tuple[float, str]] = {

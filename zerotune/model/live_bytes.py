@@ -400,7 +400,8 @@ def _step(
 
 STAGE0_ALLREDUCE_ELEMENTS = 500_000_000
 """Without ZeRO the engine all-reduces gradients in flattened buckets of this many elements
-(deepspeed/runtime/engine.py MEMORY_OPT_ALLREDUCE_SIZE)."""
+(DeepSpeed 0.19.8 runtime/engine.py:151 MEMORY_OPT_ALLREDUCE_SIZE, the default bucket_size of
+`allreduce_gradients`, engine.py:3073)."""
 
 
 @lru_cache(maxsize=8192)

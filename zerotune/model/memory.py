@@ -64,7 +64,12 @@ FRAGMENTATION = 0.10
 (activations, gathered parameters, buckets): their varying sizes leave reserved-but-unallocated
 blocks. What a fit needs is less than what `max_memory_reserved` shows (zerotune/model/counters.py):
 under pressure the allocator frees its cached blocks and retries before it reports out of memory,
-so a job whose live bytes fit runs, slower (DeepSpeed warns of "pytorch allocator cache flushes")."""
+so a job whose live bytes fit runs, slower (DeepSpeed warns of "pytorch allocator cache flushes").
+ASSUMED, not measured: the published memory figures cannot measure it (counters.py takes it back out
+before comparing: memory MAPE 12.4% at 0, 0.1 and 0.2), they only bound it. It moves the fit verdict
+alone, and a published run that ran is predicted not to fit from 0.15 on (0 runs at 0.125, 1 at 0.15:
+scripts/evidence/loso.py, margin 0). Runs that state both max_memory_allocated and max_memory_reserved
+would measure it."""
 
 
 _host_total = attrgetter("host_total")

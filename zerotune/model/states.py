@@ -133,8 +133,8 @@ def model_states(
     offload_optimizer: str = "none",
     offload_param: str = "none",
     persistent: int = 0,
-    sub_group_size: int = 1_000_000_000,
-    max_in_cpu: int = 1_000_000_000,
+    sub_group_size: int = ZeroSettings().sub_group_size,
+    max_in_cpu: int = ZeroSettings().offload_param.max_in_cpu,
 ) -> ModelStates:
     """Model-state bytes of one rank for Ψ = `psi` parameters over N_d = `n_d` ranks.
 

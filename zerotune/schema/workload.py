@@ -13,11 +13,16 @@ CrossEntropy = Literal["fp32", "native", "fused", "fused_linear"]
 Kernel = Literal["plain", "fused"]
 MoeImpl = Literal["grouped", "loop"]
 
+DEFAULT_SEQ_LEN = 2048
+"""Tokens per sequence when none is given: GPT-3's and LLaMA-1's pre-training context (Brown et al. 2020,
+arXiv 2005.14165 §2.1: n_ctx = 2048 for every model; Touvron et al. 2023, arXiv 2302.13971: 2k tokens).
+Llama 2 doubled it (arXiv 2307.09288 §2.2) and later models train longer: a job should state its own."""
+
 
 class Workload(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    seq_len: int = Field(2048, gt=0)
+    seq_len: int = Field(DEFAULT_SEQ_LEN, gt=0)
     micro_batch: int = Field(1, gt=0, description="sequences per GPU per forward")
     grad_accum: int = Field(1, gt=0)
     precision: Precision = "bf16"

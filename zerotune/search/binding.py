@@ -2,7 +2,8 @@
 
 The binding constraint is
 - "memory" when a configuration that shards or offloads less than the chosen one (a lower rung
-  of LADDER) fits nowhere and would be faster: the summary says which and by how much it is over;
+  of LADDER) fits nowhere and would be faster by more than TIE_BAND (the model's ranking resolution):
+  the summary says which and by how much it is over;
 - otherwise what bounds the predicted step: "bandwidth" when exposed communication is more than
   BANDWIDTH_SHARE of the step (or the step model calls it communication-bound), "offload" /
   "optimizer" / "overhead" when the step model says so, else "compute".
@@ -83,7 +84,7 @@ def binding_constraint(result: SearchResult, best: Evaluation) -> tuple[str, str
         stage, opt, par = k
         alt = result.space.representative(cand.with_(stage=stage, offload_optimizer=opt, offload_param=par))
         ev = result.evaluate.unconstrained(alt)
-        if ev.tokens_per_s > best.tokens_per_s * 1.01:
+        if ev.tokens_per_s > best.tokens_per_s * (1 + TIE_BAND):  # closer is a tie, not a loss to memory
             faster.append((ev.tokens_per_s, k, ev))
     if faster:
         tps, k, ev = max(faster, key=lambda r: LADDER.index(r[1]))  # the nearest rung below the choice

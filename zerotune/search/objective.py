@@ -2,7 +2,7 @@
 
 - throughput: highest predicted tokens/s among the configurations that fit.
 - memory: lowest predicted per-GPU bytes among the fitting configurations whose throughput is
-  within MEMORY_TOLERANCE (5%) of the best one. Pure "least memory" would always pick stage 3
+  within MEMORY_TOLERANCE (TIE_BAND, 5.2%) of the best one. Pure "least memory" would always pick stage 3
   with every offload on and a micro-batch of 1, which is never what anyone wants; the tolerance
   buys headroom (longer sequences, fragmentation, a bigger eval batch) at a bounded speed cost.
 - cost: lowest $ per 1B tokens = hourly rate / 3600 / tokens_per_s * 1e9 (seed 002's "USD / 1B
@@ -57,8 +57,9 @@ def simplicity(stage: int, offload_optimizer: str, offload_param: str) -> int:
     return LADDER.index(key) if key in LADDER else len(LADDER)
 
 
-MEMORY_TOLERANCE = 0.05
-"""--objective memory trades at most this share of the best throughput for less memory."""
+MEMORY_TOLERANCE = TIE_BAND
+"""--objective memory trades at most this share of the best throughput for less memory: the model's
+ranking resolution, so the trade never gives up a throughput difference the model can resolve."""
 
 
 def cost_per_billion_tokens(tokens_per_s: float, hourly_rate_usd: float) -> float:

@@ -44,7 +44,9 @@ __all__ = [  # Candidate and the grids moved out of this module; imported from h
 ]
 
 DEFAULT_GLOBAL_BATCH_TOKENS = 2**21
-"""Target tokens per optimizer step (2,097,152): the middle of the 1-4M range the seeds advise."""
+"""Target tokens per optimizer step (2,097,152): the middle of the 1-4M range the seed notes advise for
+stable Adam at scale (shared/seeds/002); published pre-training runs sit in it (GPT-3 0.5-3.2M tokens,
+arXiv 2005.14165 Table 2.1; Llama 2 4M, arXiv 2307.09288 §2.2)."""
 FINETUNE_GLOBAL_BATCH_SEQUENCES = 64
 """--task finetune: sequences per optimizer step, Llama 2's supervised fine-tuning batch (arXiv
 2307.09288 §3.1: batch size 64)."""
@@ -66,7 +68,9 @@ def batch_splits(
 
     micro_batch runs over powers of two; grad_accum = round(target_sequences / (micro*W)), at
     least 1. Pairs that overshoot the target by more than 2x are dropped unless nothing else
-    is left (a tiny target on a big cluster).
+    is left (a tiny target on a big cluster). `max_micro_batch` (64) bounds the search, ASSUMED: per-micro-step
+    costs are amortised well before it at the default 2048 tokens (131K tokens per GPU per micro-step);
+    very short sequences could gain past it.
     """
     target_seqs = max(1, round(global_batch_tokens / seq_len))
     pairs: list[tuple[int, int]] = []

@@ -255,8 +255,10 @@ def hf_auto_fraction(value: str | None) -> bool:
         return False
     if v <= 0 or v.is_integer():
         return False
-    hidden = round((v / 0.9) ** 0.5)
-    return hidden >= 64 and hidden % 64 == 0 and abs(0.9 * hidden * hidden - v) < 0.5
+    from zerotune.dsconfig.hf_auto import HF_PREFETCH_SHARE
+
+    hidden = round((v / HF_PREFETCH_SHARE) ** 0.5)
+    return hidden >= 64 and hidden % 64 == 0 and abs(HF_PREFETCH_SHARE * hidden * hidden - v) < 0.5
 
 
 def known_zero_keys(rej: Rejection) -> list[str]:

@@ -11,17 +11,30 @@ from zerotune.lint.context import Context
 from zerotune.lint.diagnostic import Diagnostic, Severity
 from zerotune.lint.rule import Rule
 from zerotune.lint.rules.resources import hardware, model
+from zerotune.schema.job import SAFETY_MARGIN
 from zerotune.units import DTYPE_BYTES, fmt_bytes, fmt_count
 
 MANY_COLLECTIVES = 1000
-"""Reduce buckets per step above which launch latency dominates (NCCL ~10–50 µs per call)."""
+"""Reduce buckets per step above which latency dominates. ASSUMED cut: 1000 reductions at NCCL's ~40 us
+small-message time (zerotune/model/comm.py DEFAULT_ALPHA_S) are 40 ms of pure latency per step."""
 TINY_BUCKET = 1_000_000
-"""Without a model: reduce buckets below 1M elements are almost always latency-bound."""
+"""Without a model: a bucket moves less than its latency's worth of bytes below S = alpha x busbw / f
+(half of peak busbw; alpha-beta model, zerotune/collectives.py). At 40 us, f ~ 2 (all-reduce): 0.8 MB on
+400G InfiniBand (40 GB/s busbw), 7.4 MB on H100 NVLink (370 GB/s, zerotune/profiles/hardware/dgx-h100.yaml);
+1M elements (2 MB in 16-bit) is between the two."""
 LARGE_PERSISTENCE = 10_000_000
-"""Without a model: a persistence threshold this large keeps whole weight matrices replicated."""
+"""Without a model: a persistence threshold this large keeps whole weight matrices replicated, e.g.
+Llama-3-8B's k_proj and v_proj (4096 x 1024 = 4.2M elements each, every block)."""
 PERSISTENT_SHARE = 0.10
-BUFFER_SHARE = 0.10
+"""Share of the parameters kept replicated above which ZT706 reports. ASSUMED: a judgement threshold
+(default thresholds keep well under 1%: norm weights and biases); the memory model prices the exact bytes."""
+BUFFER_SHARE = SAFETY_MARGIN
+"""Share of GPU memory the overlap_comm reduce buffers may take before ZT707 reports: the safety margin's
+share (zerotune/schema/job.py), so buffers larger than it are more than the margin alone could absorb."""
 BLOCKS_PER_BUCKET = 2.5
+"""The reduce bucket ZT703 suggests, in transformer blocks: the middle of the seed product notes' "2-3
+layers' worth" rule of thumb (shared/seeds/000, "Rule of Thumb for Bucket Sizing"); `recommend` prices
+the sizes around it with the step model instead."""
 
 
 def _ptr(key: str | None, default: str) -> str:
@@ -360,7 +373,7 @@ class OverlapBufferMemory(Rule):
             return
         key, bucket = ctx.zero_value("reduce_bucket_size")
         elem = DTYPE_BYTES[ctx.precision]
-        need = 3 * bucket * elem
+        need = 3 * bucket * elem  # 2·R·E double buffer + ~R·E flatten temporary (shared/reference/DEEPSPEED_FACTS.md §4.1)
         if need > BUFFER_SHARE * hw.memory_bytes:
             yield self.emit(
                 ctx,
