@@ -47,7 +47,7 @@ def replay(path: Path) -> dict[str, Any]:
     data = json.loads(path.read_text())
     design, held = data["design"], data["held_out"]
     base = HardwareProfile.model_validate(design["base"])
-    fitted = fit(design["runs"], base, names=design["names"], bookend=design.get("bookend"))
+    fitted = fit(design["runs"], base, names=design["names"])
     decided = decision(fitted, 1)
     check = fitted.check
     calibrated = errors(held, fitted.profile)

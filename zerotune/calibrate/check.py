@@ -21,9 +21,7 @@ self-check of the fit on runs it did not see.
   another set of runs makes the term selection choose differently, which is what a job with knobs the
   design never ran pays; and LAUNCH_SPREAD_PCT: the design runs share one launch of the ranks
   (calibrate/pool.py), while the jobs a user predicts run in launches of their own, which differ from
-  each other by that much; and where the first design run is measured again at the end, how far the
-  machine's own speed moved in between (`drift_pct`: past DRIFT_LIMIT_PCT the calibration is not
-  cached). An RMS is never below the mean absolute error, so the statement covers a
+  each other by that much. An RMS is never below the mean absolute error, so the statement covers a
   held-out MAPE whenever its parts are right. predict/recommend/bench quote it.
 """
 
@@ -40,13 +38,6 @@ BAND_PCT = 10.0
 LOAD_SPIKE = BAND_PCT / 100 / 2
 """Largest slowdown of the runs by other processes (foreign cores / cores) a calibration accepts:
 half of BAND_PCT, so that load alone cannot use up the error budget."""
-
-DRIFT_LIMIT_PCT = BAND_PCT / 2
-"""Largest change of the machine's speed during a calibration it accepts (the same design run measured at
-its start and at its end, `drift_pct`): half of BAND_PCT, as LOAD_SPIKE, so that drift alone cannot use
-up the error budget. A machine whose speed moved that much within a minute moves as much between the
-calibration and the jobs it predicts (the 2026-11-27 23:41 stability series: the same held-out config
-measured 0.45-0.60 s across quiet rounds, with nothing else running on the VM)."""
 
 LAUNCH_SPREAD_PCT = 3.1
 """How much one launch of a job runs slower or faster than another launch of the same job on a quiet
@@ -114,9 +105,6 @@ class SelfCheck:
     refit_spread_pct: float = 0.0
     """Jackknife spread of the whole fit (terms re-selected per fold) at the design configs, RMS,
     percent (zerotune/calibrate/crossval.py refit_spread)."""
-    drift_pct: float | None = None
-    """How far the machine's speed moved during the calibration (`drift_pct`); None when the first run was
-    not measured again at the end."""
 
     @property
     def mape_pct(self) -> float:
@@ -134,7 +122,7 @@ class SelfCheck:
     @property
     def expected_error_pct(self) -> float:
         bias = max(self.rms_pct, self.noise_pct) if math.isfinite(self.rms_pct) else math.nan
-        return math.hypot(bias, self.refit_spread_pct, LAUNCH_SPREAD_PCT, self.drift_pct or 0.0)
+        return math.hypot(bias, self.refit_spread_pct, LAUNCH_SPREAD_PCT)
 
     def method(self) -> str:
         return (
@@ -143,8 +131,7 @@ class SelfCheck:
             f"({self.rms_pct:.1f}%, MAPE {self.mape_pct:.1f}%, probe-only MAPE {_pct(self.probe_mape_pct)}, run noise "
             f"+-{self.noise_pct:.1f}%; "
             f"fitted terms re-fitted per fold, measured rates kept), the fit's jackknife spread with its terms "
-            f"re-selected (+-{self.refit_spread_pct:.1f}%), +-{LAUNCH_SPREAD_PCT:g}% between launches"
-            + (f" and the machine's drift during the calibration (+-{self.drift_pct:.1f}%)" if self.drift_pct else "")
+            f"re-selected (+-{self.refit_spread_pct:.1f}%) and +-{LAUNCH_SPREAD_PCT:g}% between launches"
         )
 
 
@@ -173,13 +160,6 @@ def decide(check: SelfCheck, *, repeats: int, band_pct: float = BAND_PCT, load_l
             f"not cached: other processes used {check.foreign_share:.0%} of the CPU during the runs (limit "
             f"{load_limit:.0%}), so the runs describe a busier machine; quiet the machine and run again",
         )
-    if check.drift_pct is not None and check.drift_pct > DRIFT_LIMIT_PCT:
-        return Decision(
-            False,
-            f"not cached: the machine's speed moved {check.drift_pct:.1f}% during the calibration (its first run "
-            f"measured again at the end; limit {DRIFT_LIMIT_PCT:g}%), so predictions would miss by as much; "
-            "quiet the machine and run again",
-        )
     mape = check.mape_pct
     if not math.isfinite(mape):
         return Decision(False, f"not cached: no design config could be held out for the self-check; run with {more}")
@@ -201,18 +181,6 @@ def decide(check: SelfCheck, *, repeats: int, band_pct: float = BAND_PCT, load_l
         f"self-check passed: held-out error {mape:.1f}% (probe-only {_pct(probe)}), expected error "
         f"+-{check.expected_error_pct:.1f}%",
     )
-
-
-def drift_pct(first: dict[str, Any], again: dict[str, Any]) -> float:
-    """How far the machine's speed moved between two measurements of the same run (percent of the
-    first): |ln(t2 / t1)|, counted only beyond twice the two medians' combined standard error (noise
-    is not drift: zerotune.bench.noise)."""
-    t1, t2 = first.get("step_time_s"), again.get("step_time_s")
-    if not t1 or not t2:
-        return 0.0
-    moved = abs(math.log(t2 / t1)) * 100
-    noise = 2 * math.hypot(first.get("step_time_precision_pct") or 0.0, again.get("step_time_precision_pct") or 0.0)
-    return moved if moved > noise else 0.0
 
 
 def noise_pct(runs: list[dict[str, Any]]) -> float:

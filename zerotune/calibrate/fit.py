@@ -41,7 +41,7 @@ import statistics
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from zerotune.calibrate.check import SelfCheck, drift_pct
+from zerotune.calibrate.check import SelfCheck
 from zerotune.calibrate.crossval import leave_one_out
 from zerotune.calibrate.overheads import OPTIMIZER_TERM, OverheadFit, fit_overheads, priors, with_overheads
 from zerotune.calibrate.rates import collective_rates, compute_rates, host_memory, optimizer_samples
@@ -96,11 +96,8 @@ def fit(
     predictor: Predictor = predict_run,
     now: str | None = None,
     self_check: bool = True,
-    bookend: Run | None = None,
 ) -> Fit:
-    """The calibrated profile: `base` with every number the runs identify replaced (module doc).
-    `bookend`: the first run measured again after the others (its speed change is the machine's drift,
-    zerotune/calibrate/check.py drift_pct; it is not fitted)."""
+    """The calibrated profile: `base` with every number the runs identify replaced (module doc)."""
     if not runs:
         raise ValueError("no runs to calibrate from")
     notes: list[str] = []
@@ -178,8 +175,6 @@ def fit(
     check = None
     if self_check and terms is not None:
         check = leave_one_out(runs, labels, rates, predictor, start, bounds, probe_pred, terms)
-        if bookend is not None:
-            check.drift_pct = drift_pct(runs[0], bookend)
         for row in rows:
             row.held_out_pct = check.held_out_pct.get(row.name)
     first = runs[0]

@@ -130,8 +130,6 @@ class Outcome:
     """Cache or not, in one line (zerotune/calibrate/check.py)."""
     timings: dict[str, float] = field(default_factory=dict)
     """Seconds per phase of the calibration (probe, design runs, fit and self-check), for --save-runs."""
-    bookend: dict[str, Any] | None = None
-    """The first design run measured again after the others (the machine's drift; not fitted)."""
 
 
 def base_profile(
@@ -181,7 +179,6 @@ def saved_runs(outcome: Outcome) -> dict[str, Any]:
         "base": outcome.base.model_dump(mode="json"),
         "runs": outcome.runs,
         "timings_s": outcome.timings,
-        "bookend": outcome.bookend,
     }
 
 
@@ -198,7 +195,7 @@ def refit(options: CalibrateOptions) -> Outcome:
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise InputError(f"{options.from_runs}: not a --save-runs file ({exc})") from None
-    fitted = fit(runs, base, names=names, bookend=data.get("bookend"))
+    fitted = fit(runs, base, names=names)
     plan = [DesignRun(name, 0, 1, 1, 1, 1) for name in names]  # names only: the configs are in the runs
     fitted.notes.insert(0, f"re-fitted from {options.from_runs}")
     return Outcome(fit=fitted, base=base, design=plan, runs=runs, elapsed_s=time.monotonic() - start,
@@ -252,7 +249,6 @@ def calibrate(options: CalibrateOptions, say: Say = lambda _: None) -> Outcome:
     runs: list[dict[str, Any]] = []
     names: list[str] = []
     notes: list[str] = []
-    bookend: dict[str, Any] | None = None
     total = len(plan) * options.repeats
     # one set of ranks for every run (zerotune/calibrate/pool.py): start-up and imports paid once
     with RankPool(nproc, kind, _left(deadline), say) as pool:
@@ -320,20 +316,14 @@ def calibrate(options: CalibrateOptions, say: Say = lambda _: None) -> Outcome:
                 )
                 say(f"stopping after run {i}/{total}: the machine is busy with other processes")
                 break
-        else:
-            # the first run again: the same config at the end tells whether the machine's speed moved
-            # while the design ran (check.py drift_pct), which no run's own noise shows
-            label = f"run {total + 1}/{total + 1} {plan[0].name} (again: the machine's drift)"
-            say(label)
-            bookend = measure(label=label, run=plan[0], first=False, index=total + 1)
     timings["design_runs"] = time.monotonic() - start - timings["probe"]
     say("fitting")
     t_fit = time.monotonic()
-    fitted = fit(runs, base, names=names, bookend=bookend)
+    fitted = fit(runs, base, names=names)
     timings["fit"] = time.monotonic() - t_fit
     fitted.notes[:0] = [f"calibrated {origin}", *notes]
     profile = fitted.profile
     if profile.calibration is not None:
         profile.calibration.notes[:0] = [f"base: {origin}", *notes]
     return Outcome(fit=fitted, base=base, design=plan, runs=runs, elapsed_s=time.monotonic() - start,
-                   decision=decision(fitted, options.repeats), timings=timings, bookend=bookend)  # fmt: skip
+                   decision=decision(fitted, options.repeats), timings=timings)  # fmt: skip
