@@ -138,21 +138,20 @@ def test_missing_inputs_are_asked_for_and_host_oom_gets_host_ram() -> None:
     assert report.memory is None  # a host OOM is not explained with GPU terms
 
 
+def _stage2_config(tmp_path: Path) -> Path:
+    """A bf16 ZeRO-2 config of micro-batch 1, written to tmp_path/ds.json."""
+    cfg = tmp_path / "ds.json"
+    cfg.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
+                               "zero_optimization": {"stage": 2}}))  # fmt: skip
+    return cfg
+
+
 def test_slow_step_is_compared_with_the_step_model(tmp_path: Path) -> None:
     lines = [
         f"[rank0]: [Rank 0] time (ms) | fwd: {f} | bwd: {b} | bwd_inner: {b - 400} | bwd_allreduce: 400.0 | step: 50.0"
         for f, b in ((300.0, 900.0), (320.0, 940.0))
     ]
-    cfg = tmp_path / "ds.json"
-    cfg.write_text(
-        json.dumps(
-            {
-                "train_micro_batch_size_per_gpu": 1,
-                "bf16": {"enabled": True},
-                "zero_optimization": {"stage": 2},
-            }
-        )
-    )
+    cfg = _stage2_config(tmp_path)
     report = diagnose(("\n".join(lines) + "\n").encode(), model="llama-7b", config=str(cfg), world_size=8)
     assert report.diagnosis.cause == "slow"
     assert report.step is not None
@@ -554,16 +553,7 @@ def test_an_hf_config_is_modelled_as_the_trainer_filled_it(tmp_path: Path, cli) 
 
 def test_slow_verdict_is_beyond_the_error_predict_quotes(tmp_path: Path) -> None:
     """'slower than the model expects' only past the expected error predict states for the job."""
-    cfg = tmp_path / "ds.json"
-    cfg.write_text(
-        json.dumps(
-            {
-                "train_micro_batch_size_per_gpu": 1,
-                "bf16": {"enabled": True},
-                "zero_optimization": {"stage": 2},
-            }
-        )
-    )
+    cfg = _stage2_config(tmp_path)
 
     def step(total_ms: float):
         line = f"[rank0]: [Rank 0] time (ms) | fwd: {total_ms / 3} | bwd: {total_ms * 2 / 3} | step: 0.0"

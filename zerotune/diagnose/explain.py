@@ -21,17 +21,18 @@ from zerotune.schema.model import ModelSpec
 from zerotune.schema.workload import DEFAULT_SEQ_LEN, Workload
 from zerotune.units import fmt_bytes
 
-PHASE_TERM = {
-    "activations_forward": "activations",
-    "activations_backward": "activations",
-    "param_gather": "comm_buffers",
-    "gradient_buckets": "comm_buffers",
-    "optimizer_states": "optimizer_states",
-    "init": "model_states",
-    "checkpoint_save": "params",
+OOM_PHASES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "activations_forward": ("activations", ("forward",)),
+    "activations_backward": ("activations", ("backward",)),
+    "param_gather": ("comm_buffers", ("forward", "backward")),
+    "gradient_buckets": ("comm_buffers", ("backward",)),
+    "optimizer_states": ("optimizer_states", ("step",)),
+    "init": ("model_states", ("init",)),
+    "checkpoint_save": ("params", ()),
 }
-"""MemoryBreakdown term that the allocations of each phase land in (zerotune.model.memory:
-gathered stage-3 parameters and reduction buckets are `comm_buffers`)."""
+"""Per OOM phase: the MemoryBreakdown term its allocations land in (zerotune.model.memory: gathered stage-3
+parameters and reduction buckets are `comm_buffers`), and the intervals of the memory model's timeline
+(zerotune.model.live_bytes Phase.group) in which it allocates (none for a checkpoint save: not a step)."""
 
 TERM_TEXT = {
     "params": "parameters",
@@ -194,23 +195,11 @@ def _most_live(est: Any, term: str) -> int:
     return max(sum(p.by_kind(k) for k in kinds) for p in est.timeline)
 
 
-PHASE_GROUPS = {
-    "activations_forward": ("forward",),
-    "activations_backward": ("backward",),
-    "param_gather": ("forward", "backward"),
-    "gradient_buckets": ("backward",),
-    "optimizer_states": ("step",),
-    "init": ("init",),
-}
-"""The intervals of the memory model's timeline (zerotune.model.live_bytes Phase.group) in which each OOM
-phase allocates."""
-
-
 def live_in(est: Any, oom_phase: str | None) -> int:
     """The most bytes the model has live in the OOM's phase: what the run's in-use bytes compare with
     there (the step's peak may be in another phase); the peak when the phase is unknown."""
-    groups = PHASE_GROUPS.get(oom_phase or "")
-    live = [p.total for p in est.timeline if groups and p.group in groups]
+    groups = OOM_PHASES.get(oom_phase or "", ("", ()))[1]
+    live = [p.total for p in est.timeline if p.group in groups]
     return max(live) if live else est.per_gpu.total
 
 
@@ -238,7 +227,7 @@ def memory_check(job: Job, d: Diagnosis) -> tuple[MemoryCheck, int] | None:
     terms = _terms(est.per_gpu)
     total = est.per_gpu.total
     phase = d.oom.phase if d.oom else None
-    term = PHASE_TERM.get(phase or "")
+    term = OOM_PHASES[phase][0] if phase in OOM_PHASES else None
     if term is None:
         term = max((k for k in terms if k != "overhead"), key=lambda k: terms[k])
     term_bytes = _most_live(est, term)
@@ -255,7 +244,7 @@ def memory_check(job: Job, d: Diagnosis) -> tuple[MemoryCheck, int] | None:
         else:
             text += f", within the {fmt_bytes(capacity)} GPU"
     text += "."
-    if phase and phase in PHASE_TERM:
+    if phase in OOM_PHASES:
         text += f" The {phase.replace('_', ' ')} phase allocates {TERM_TEXT[term]}: {fmt_bytes(term_bytes)} predicted."
     else:
         text += f" The largest term is {TERM_TEXT[term]}: {fmt_bytes(term_bytes)}."
