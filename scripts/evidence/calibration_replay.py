@@ -3,6 +3,10 @@
     .venv/bin/python scripts/evidence/calibration_replay.py                       # data/evidence/calibration_runs
     .venv/bin/python scripts/evidence/calibration_replay.py path/to/round01.json ...
     .venv/bin/python scripts/evidence/calibration_replay.py --timings             # where calibrate's time went
+    .venv/bin/python scripts/evidence/calibration_replay.py --launch [files]      # launch spread vs step noise
+
+An older series: `git show <commit>:data/evidence/calibration_runs/roundNN.json > dir/roundNN.json` (the
+commits are listed at zerotune/calibrate/check.py LAUNCH_PER_STEP_NOISE).
 
 Each round file is what scripts/evidence/calibration_stability.py keeps per round: the design runs as
 `calibrate --save-runs` wrote them (base profile, every run's step times, phases, collectives, load and
@@ -12,7 +16,9 @@ runs, so a change to the fit or the self-check is judged in seconds instead of a
 
 Prints one row per round: load, the decision, the stated expected error, the self-check's held-out
 MAPE, the real held-out MAPE (calibrated and probe-only), whether the stated error covers it, and each
-held-out config's signed error. With --timings: the recorded seconds per phase of each calibration.
+held-out config's signed error. With --timings: the recorded seconds per phase of each calibration. With --launch: the files as one
+series, each held-out config's step-time coefficient of variation across the rounds' fresh launches
+against the step-to-step noise of the quiet rounds' design runs (check.py LAUNCH_PER_STEP_NOISE).
 """
 
 from __future__ import annotations
@@ -79,6 +85,27 @@ def timings(path: Path) -> str:
     return f"{path.stem}: wall {data.get('calibrate_wall_s', 0):.0f} s ({head}); runs: {', '.join(runs)}"
 
 
+def launch_table(paths: list[Path]) -> str:
+    """One series' launch-to-launch spread against its design runs' step noise (module doc)."""
+    launches: dict[str, list[float]] = {}
+    step_cv: list[float] = []
+    for p in paths:
+        data = json.loads(p.read_text())
+        for r in data["held_out"]:
+            launches.setdefault(r["name"], []).append(r["step_time_s"])
+        if not data.get("loaded"):
+            step_cv += [_cv(r["step_times_s"]) for r in data["design"]["runs"] if len(r["step_times_s"]) >= 3]
+    per = {k: _cv(v) for k, v in launches.items() if len(v) >= 3}
+    launch, noise = statistics.median(per.values()), statistics.median(step_cv)
+    configs = " ".join(f"{k.split()[0]} {v:.1f}" for k, v in per.items())
+    return (f"{len(paths)} rounds: launch CV per held-out config {configs}; median {launch:.1f}% vs design "
+            f"step CV {noise:.1f}% (quiet rounds): ratio {launch / noise:.2f}")  # fmt: skip
+
+
+def _cv(values: list[float]) -> float:
+    return statistics.pstdev(values) / statistics.mean(values) * 100
+
+
 def _f(value: float | None, spec: str = ".1f") -> str:
     return "-" if value is None else f"{value:{spec}}%"
 
@@ -88,11 +115,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("files", nargs="*", help=f"round files (default: {KEPT.relative_to(REPO)}/*.json)")
     parser.add_argument("--timings", action="store_true", help="print where each calibration's time went")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
+    parser.add_argument("--launch", action="store_true", help="the files as one series: launch spread vs step noise")
     args = parser.parse_args(argv)
     paths = [Path(f) for f in args.files] or sorted(KEPT.glob("*.json"))
     if not paths:
         print(f"no round files in {KEPT}: run scripts/evidence/calibration_stability.py first", file=sys.stderr)
         return 2
+    if args.launch:
+        print(launch_table(paths))
+        return 0
     if args.timings:
         for p in paths:
             print(timings(p))

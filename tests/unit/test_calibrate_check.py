@@ -190,6 +190,9 @@ def _check(held: dict[str, float], probe: dict[str, float], share: float | None 
         (_check({"a": 8, "b": -9}, {"a": 5, "b": 6}), False, "no better than the probe-only"),
         (_check({"a": 4, "b": -6}, {"a": 30, "b": 20}, share=0.3), False, "quiet the machine"),
         (_check({}, {}), False, "could be held out"),
+        # held-out 5%, but launches differ by 12% on this machine now: ~13% RMS implies a ~10.4% MAPE
+        (SelfCheck(held_out_pct={"a": 4, "b": -6}, probe_pct={"a": 30, "b": 20}, noise_pct=1.0, foreign_share=0.0,
+                   launch_pct=12.0), False, "launches of a job differ by +-12.0%"),  # fmt: skip
     ],
 )
 def test_cache_decision(check: SelfCheck, cache: bool, words: str) -> None:
@@ -221,6 +224,26 @@ def test_expected_error_adds_bias_fit_spread_and_launch_spread_in_quadrature() -
     assert "jackknife spread" in spread.method() and "+-5.0%" in spread.method()
     # a perfect fit still cannot promise better than launches agree
     assert _check({"a": 0.0, "b": 0.0}, {}, noise=0.0).expected_error_pct == pytest.approx(LAUNCH_SPREAD_PCT)
+
+
+def _runs_with_step_noise(cv_pct: float, n: int = 7) -> list[dict[str, object]]:
+    """Design runs whose step times alternate +-cv around 1 s (population CV = cv_pct)."""
+    steps = [1.0 + (cv_pct / 100 if i % 2 else -cv_pct / 100) for i in range(6)]
+    return [{"step_times_s": steps, "step_time_s": 1.0} for _ in range(n)]
+
+
+def test_launch_spread_follows_the_machines_step_noise_now() -> None:
+    """Launches of a job differ by LAUNCH_PER_STEP_NOISE x the design runs' step-to-step noise (check.py:
+    the five stability series), never less than the quiet machine's LAUNCH_SPREAD_PCT; the statement
+    and its method carry it."""
+    from zerotune.calibrate.check import LAUNCH_PER_STEP_NOISE, LAUNCH_SPREAD_PCT, launch_spread_pct
+
+    assert launch_spread_pct(_runs_with_step_noise(1.0)) == pytest.approx(LAUNCH_SPREAD_PCT)
+    assert launch_spread_pct(_runs_with_step_noise(5.0)) == pytest.approx(LAUNCH_PER_STEP_NOISE * 5.0)
+    assert launch_spread_pct([{"step_times_s": [1.0, 2.0]}]) == pytest.approx(LAUNCH_SPREAD_PCT)  # < 3 steps
+    noisy = SelfCheck(held_out_pct={"a": 0.0}, probe_pct={}, noise_pct=0.0, foreign_share=0.0, launch_pct=8.0)
+    assert noisy.expected_error_pct == pytest.approx(8.0)
+    assert "+-8.0% between launches" in noisy.method()
 
 
 def test_refit_spread_is_nil_for_an_exact_design_and_grows_when_one_run_moves_the_terms() -> None:

@@ -73,7 +73,7 @@ def leave_one_out(
 ) -> SelfCheck:
     """The self-check of zerotune/calibrate/check.py: per design config that is not the main witness
     of a fitted term, the full fit's terms re-fitted without its runs predict them (module doc)."""
-    from zerotune.calibrate.check import SelfCheck, foreign_share, noise_pct
+    from zerotune.calibrate.check import SelfCheck, foreign_share, launch_spread_pct, noise_pct
 
     groups: dict[str, list[int]] = {}
     for i, label in enumerate(labels):
@@ -117,6 +117,7 @@ def leave_one_out(
         foreign_share=foreign_share(runs, cores) if cores else None,
         notes=notes,
         refit_spread_pct=refit_spread(runs, groups, rates, predictor, start, bounds),
+        launch_pct=launch_spread_pct(runs),
     )
 
 
