@@ -79,10 +79,13 @@ def load_held_out(path: Path = HELD_OUT_FILE) -> tuple[dict[str, tuple[int, int]
     """(job -> (layers, seq_len), set name -> held-out configs) from data/evidence/held_out.yaml."""
     doc = yaml.safe_load(path.read_text())
     jobs = {name: (j["layers"], j["seq_len"]) for name, j in doc["jobs"].items()}
-    held = [Held(c["job"], c["name"], c["stage"], c["micro_batch"], c["grad_accum"], c.get("zero", {}))
-            for c in doc["configs"]]  # fmt: skip
-    sets = {name: [h for h in held if h.name in doc[name]] for name in ("smoke", "stability") if name in doc}
-    return jobs, {"full": held, **sets}
+    def held(configs: list[dict[str, Any]]) -> list[Held]:
+        return [Held(c["job"], c["name"], c["stage"], c["micro_batch"], c["grad_accum"], c.get("zero", {}))
+                for c in configs]  # fmt: skip
+
+    full = held(doc["configs"])
+    sets = {name: [h for h in full if h.name in doc[name]] for name in ("smoke", "stability") if name in doc}
+    return jobs, {"full": full, **sets, "novel": held(doc.get("novel", []))}
 
 
 JOBS, SETS = load_held_out()
