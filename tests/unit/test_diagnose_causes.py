@@ -397,7 +397,7 @@ def test_forms_first_missed_on_fresh_logs(name: str, cause: str, first_change: s
         assert report.fix.changes[0].key == first_change
 
 
-# Round 4 (2026-11-28): forms diagnose missed on 3 of 14 fresh logs, each checked here on a wording
+# Round 5 (2026-11-28): forms diagnose missed on 3 of 14 fresh logs, each checked here on a wording
 # other than the fixture's (another op, another collective, another compiler, another timeout).
 @pytest.mark.parametrize(
     ("text", "cause"),
@@ -417,7 +417,7 @@ def test_forms_first_missed_on_fresh_logs(name: str, cause: str, first_change: s
         ),
     ],
 )
-def test_forms_first_missed_in_round_4(text: str, cause: str) -> None:
+def test_forms_first_missed_in_round_5(text: str, cause: str) -> None:
     report = diagnose(text.encode())
     assert report.diagnosis.cause == cause
     assert report.exit_code == 1 and report.fix is not None
