@@ -89,3 +89,14 @@ def test_a_bad_job_option_is_one_line_and_exit_2(cli, files, args, says):
     assert r.code == 2
     assert says in r.stderr
     assert "Traceback" not in r.stderr and r.stderr.startswith("error: ") and r.stderr.count("error:") == 1
+
+
+def test_hf_reads_auto_values_as_hf_trainer_fills_them(cli, tmp_path):
+    """--hf: the config goes through HF Trainer, as predict and validate take it: "auto" is not a finding."""
+    config, log = tmp_path / "ds.json", tmp_path / "train.log"
+    config.write_text(json.dumps({"train_micro_batch_size_per_gpu": "auto", "zero_optimization": {"stage": 2}}))
+    log.write_text("step 1\n")
+    codes = {f["code"] for f in json.loads(cli("diagnose", log, "--config", config, "--json").stdout)["lint"]}
+    assert "ZT801" in codes
+    codes = {f["code"] for f in json.loads(cli("diagnose", log, "--config", config, "--hf", "--json").stdout)["lint"]}
+    assert "ZT801" not in codes

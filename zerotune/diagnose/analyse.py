@@ -243,7 +243,7 @@ def _explain(
     elif job.config is not None and "reconstructed" not in job.config_source:
         report.lint = [
             f
-            for f in rejected.lint_config(job.config, world=job.world, seq_len=job.seq_len, hf=bool(job.hf_values))
+            for f in rejected.lint_config(job.config, world=job.world, seq_len=job.seq_len, hf=bool(job.hf_values) or options.hf)
             if f.severity != "info"
         ]
 
@@ -284,7 +284,7 @@ def _explain(
             if candidate is not None:
                 errors = [
                     f.code
-                    for f in rejected.lint_config(candidate, world=job.world, seq_len=job.seq_len, hf=bool(job.hf_values))
+                    for f in rejected.lint_config(candidate, world=job.world, seq_len=job.seq_len, hf=bool(job.hf_values) or options.hf)
                     if f.severity == "error"
                 ]
                 report.fix.text += (  # type: ignore[union-attr]
