@@ -325,3 +325,16 @@ def inputs_from_launch(
             f"matter): {' '.join(line.unknown)}"
         )
     return JobInputs(**line.merged_into(said)), line.config, notices
+
+
+def read_inputs(
+    said: dict[str, Any], launch: list[str] | None = None, training_args: str | None = None
+) -> tuple[JobInputs, str | None, list[str]]:
+    """The job options every modelling command takes (predict, diagnose): what was said (None: not
+    said), over the launch line and TrainingArguments file when given (inputs_from_launch); checked."""
+    if launch or training_args:
+        inputs, config, notices = inputs_from_launch(said, launch, training_args)
+    else:
+        inputs, config, notices = JobInputs(**{k: v for k, v in said.items() if v is not None}), None, []
+    inputs.check()
+    return inputs, config, notices

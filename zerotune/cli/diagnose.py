@@ -31,31 +31,28 @@ def command(
     log: Annotated[
         str, typer.Argument(help="The log file (torchrun, deepspeed, HF Trainer, ...); '-' reads stdin.")
     ],
+    launch: o.Launch = None,
     config: Annotated[
-        str | None, typer.Option(help="The run's DeepSpeed config, if the log lacks its dump.")
+        str | None,
+        typer.Option(help="The run's DeepSpeed config, if the log lacks its dump (default: the launch line's)."),
     ] = None,
-    model: Annotated[
-        str | None, typer.Option(help="Catalog model name, profile .yaml or HF config.json.")
-    ] = None,
-    profile: Annotated[
-        str | None, typer.Option(help="Hardware profile (GPU capacity when the log has none).")
-    ] = None,
-    seq_len: Annotated[
-        int | None, typer.Option(help="Tokens per sequence (default 2048, said as assumed).")
-    ] = None,
-    world_size: Annotated[
-        int | None, typer.Option(help="Data-parallel ranks, if the log does not say.")
-    ] = None,
-    checkpointing: Annotated[
-        bool | None,
-        typer.Option(
-            "--checkpointing/--no-checkpointing", help="Whether the run used activation checkpointing."
-        ),
-    ] = None,
-    precision: o.Precision = None,
+    model: o.Model = None,
+    params: o.AdHocParams = None,
+    layers: o.AdHocLayers = None,
+    hidden: o.AdHocHidden = None,
+    profile: o.Profile = None,
+    seq_len: o.SeqLen = None,
+    world_size: o.WorldSize = None,
+    gpus: o.Gpus = None,
+    nodes: o.Nodes = None,
+    gpu_memory: o.GpuMemory = None,
     micro_batch: o.MicroBatch = None,
     grad_accum: o.GradAccum = None,
+    checkpointing: o.Checkpointing = None,
+    checkpoint_in_cpu: o.CheckpointInCpu = False,
+    precision: o.Precision = None,
     optimizer: o.Optimizer = None,
+    hf: o.Hf = False,
     margin: o.Margin = None,
     attention: o.Attention = None,
     liger: o.Liger = None,
@@ -69,6 +66,7 @@ def command(
     moe_impl: o.MoeImpl = None,
     omp_threads: o.OmpThreads = None,
     autocast: o.Autocast = None,
+    training_args: o.TrainingArgs = None,
     out: Annotated[
         Path | None, typer.Option(help="Write the corrected DeepSpeed JSON here (+ OUT.reasons.md).")
     ] = None,
@@ -79,31 +77,16 @@ def command(
     ] = Format.text,
 ) -> None:
     from zerotune.diagnose.analyse import Options, analyse
+    from zerotune.job import read_inputs
     from zerotune.render import console
     from zerotune.render.diagnose import github, text
-    from zerotune.schema.job import JobInputs
 
-    for flag, value in (("--seq-len", seq_len), ("--world-size", world_size)):
-        if value is not None and value < 1:
-            raise InputError(f"{flag} must be at least 1, got {value}")
-    said = JobInputs(precision=precision, micro_batch=micro_batch, grad_accum=grad_accum, optimizer=optimizer, margin=margin, **o.workload_said(attention, liger, cross_entropy, swiglu, rmsnorm, rotary, packing, activation_offloading, zero_init, moe_impl, omp_threads, autocast))  # fmt: skip
-    said.check()
+    # the job options as predict reads them (zerotune.job.read_inputs): the log fills what they leave unsaid
+    said = o.job_said(locals())
+    inputs, launch_config, launched = read_inputs(said, launch, training_args)
     targets = [] if out is None else [out, Path(f"{out}.reasons.md")]
     refuse_overwrite(*targets, force=force)
-    options = Options(
-        config=config,
-        model=model,
-        profile=profile,
-        seq_len=seq_len,
-        world_size=world_size,
-        checkpointing=checkpointing,
-        optimizer=optimizer,
-        margin=margin,
-        precision=precision,
-        micro_batch=micro_batch,
-        grad_accum=grad_accum,
-        workload=tuple(said.workload_options().items()),
-    )
+    options = Options.of(inputs, config=config or launch_config, notes=tuple(launched))
     if log == "-":
         report, fixed = analyse(sys.stdin.buffer, "<stdin>", options)
     else:

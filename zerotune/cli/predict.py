@@ -62,27 +62,16 @@ def command(
     from zerotune.dsconfig.load import config_data, load_path
     from zerotune.errors import InputError
     from zerotune.files import is_readable_file
-    from zerotune.job import check_step_inputs, inputs_from_launch, resolve_job
+    from zerotune.job import check_step_inputs, read_inputs, resolve_job
     from zerotune.lint.runner import rejections
     from zerotune.model.step import predict_step
     from zerotune.render import console
     from zerotune.render import predict as render
-    from zerotune.schema.job import JobInputs
     from zerotune.schema.record import read_record, record_path
 
-    said = dict(
-        model=model, params=params, layers=layers, hidden=hidden, profile=profile, seq_len=seq_len,
-        world_size=world_size, gpus=gpus, nodes=nodes, gpu_memory=gpu_memory, micro_batch=micro_batch, grad_accum=grad_accum,
-        checkpointing=checkpointing, checkpoint_in_cpu=checkpoint_in_cpu or None, precision=precision, hf=hf or None,
-        optimizer=optimizer, margin=margin,
-        **o.workload_said(attention, liger, cross_entropy, swiglu, rmsnorm, rotary, packing, activation_offloading, zero_init, moe_impl, omp_threads, autocast),
-    )  # fmt: skip
-    launched: list[str] = []
-    if launch or training_args:
-        inputs, launch_config, launched = inputs_from_launch(said, launch, training_args)
-        config = config or launch_config
-    else:
-        inputs = JobInputs(**{k: v for k, v in said.items() if v is not None})
+    said = o.job_said(locals())
+    inputs, launch_config, launched = read_inputs(said, launch, training_args)
+    config = config or launch_config
     if config is None:
         raise InputError("give --config (or a launch line with --deepspeed ds.json after --)")
     if config != "-" and not is_readable_file(config):

@@ -7,7 +7,7 @@ and printing are the CLI's job.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, BinaryIO
 
 from zerotune.diagnose import advice, explain, fix_search, rejected
@@ -18,27 +18,22 @@ from zerotune.diagnose.scan import scan_stream
 from zerotune.diagnose.signals import facts
 from zerotune.dsconfig.settings import resolve
 from zerotune.errors import InputError, ZerotuneError
+from zerotune.schema.job import JobInputs
+from zerotune.units import GiB
 
 
 @dataclass(frozen=True)
-class Options:
+class Options(JobInputs):
+    """What the user said about the run: the job options predict takes (JobInputs, read by the same
+    zerotune.job.read_inputs), which win over the log, and the run's DeepSpeed config file."""
+
     config: str | None = None
-    model: str | None = None
-    profile: str | None = None
-    seq_len: int | None = None
-    world_size: int | None = None
-    checkpointing: bool | None = None
-    optimizer: str | None = None
-    """--optimizer: the optimizer when the config names none (JobInputs checks the name)."""
-    margin: float | None = None
-    """--margin: the safety margin a fix must fit with (default SAFETY_MARGIN, as predict)."""
-    precision: str | None = None
-    micro_batch: int | None = None
-    grad_accum: int | None = None
-    """--precision, --micro-batch, --grad-accum: what HF Trainer fills into a config's "auto" keys,
-    where the log does not print it (explain.fill_hf)."""
-    workload: tuple[tuple[str, object], ...] = ()
-    """The workload options said (JobInputs.workload_options: kernels, packing, offloading, MoE experts)."""
+    notes: tuple[str, ...] = ()
+    """What reading the launch line / training arguments found (zerotune.job.inputs_from_launch)."""
+
+    @classmethod
+    def of(cls, inputs: JobInputs, **extra: Any) -> Options:
+        return cls(**{f.name: getattr(inputs, f.name) for f in fields(JobInputs)}, **extra)
 
 
 def _offload_configured(config: dict[str, Any] | None) -> bool:
@@ -48,21 +43,33 @@ def _offload_configured(config: dict[str, Any] | None) -> bool:
     return z.offload_optimizer.device != "none" or z.offload_param.device != "none"
 
 
-def _hardware(job: explain.Job, profile: str | None, oom_capacity: int | None, notes: list[str]):
-    from zerotune.catalog.hardware import DEFAULT_PROFILE, load_profile
+def _hardware(job: explain.Job, options: Options, oom_capacity: int | None, notes: list[str]):
+    """The profile said (else the built-in one) with the GPU size the OOM message, else --gpu-memory,
+    gives, resized to the job's ranks as predict resizes it (catalog.hardware.with_counts)."""
+    from zerotune.catalog.hardware import DEFAULT_PROFILE, load_profile, with_counts
 
+    profile = options.profile
     hw = load_profile(profile or DEFAULT_PROFILE)
-    if oom_capacity is not None:
-        job.capacity, job.capacity_source = oom_capacity, "log (OOM message)"
+    capacity = oom_capacity
+    if capacity is None and options.gpu_memory is not None and hw.gpu is not None:
+        capacity = int(options.gpu_memory * GiB)
+    if capacity is not None:
+        job.capacity = capacity
+        job.capacity_source = "log (OOM message)" if oom_capacity is not None else "--gpu-memory"
         if hw.gpu is not None:
-            hw = hw.model_copy(update={"gpu": hw.gpu.model_copy(update={"memory_bytes": oom_capacity})})
+            hw = hw.model_copy(update={"gpu": hw.gpu.model_copy(update={"memory_bytes": capacity})})
         elif hw.gpus_per_node == 0:
             notes.append(f"profile {hw.name!r} has no GPU: GPU capacity taken from the OOM message only")
     elif hw.has_gpus and hw.gpu is not None and hw.gpu.memory_bytes:
         job.capacity = hw.gpu.memory_bytes
         job.capacity_source = "--profile" if profile else f"assumed (built-in profile {DEFAULT_PROFILE})"
-    if hw.has_gpus and job.world > hw.gpus_per_node:
-        hw = hw.model_copy(update={"nodes": math.ceil(job.world / hw.gpus_per_node)})
+    if hw.has_gpus:
+        per_node = min(job.world, job.ranks_per_node or hw.gpus_per_node, hw.gpus_per_node)
+        nodes = math.ceil(job.world / per_node)
+        if nodes == 1 or hw.inter_node is not None:
+            hw = with_counts(hw, gpus_per_node=per_node, nodes=nodes)
+        else:  # a multi-node run on a one-node profile: counted, its collectives timed as the node's
+            hw = hw.model_copy(update={"nodes": nodes})
     return hw
 
 
@@ -99,8 +106,8 @@ def read_job(scan: Scan, options: Options, notes: list[str]) -> explain.Job:
         notes.append(scan.config_error)
 
     # the job: world size, sequence length, checkpointing, model, hardware
-    if options.world_size is not None:
-        job.world, job.world_source = options.world_size, "--world-size"
+    if said_world := _world_said(options):
+        (job.world, job.ranks_per_node), job.world_source = said_world
     elif isinstance(bench.get("world_size"), int):
         job.world, job.world_source = max(1, bench["world_size"]), where
     elif "world_size" in scan.facts:
@@ -108,7 +115,7 @@ def read_job(scan: Scan, options: Options, notes: list[str]) -> explain.Job:
         job.world, job.world_source = max(1, int(fact.value)), f"log:{fact.line.number}"  # type: ignore[call-overload]
     elif (derived := _world_from_batch(scan) or _world_from_launch(scan)) is not None:
         job.world, job.world_source = derived
-    if "ranks_per_node" in scan.facts:
+    if "ranks_per_node" in scan.facts and not said_world:
         job.ranks_per_node = max(1, int(scan.facts["ranks_per_node"].value))  # type: ignore[call-overload]
     if options.seq_len is not None:
         job.seq_len, job.seq_source = options.seq_len, "--seq-len"
@@ -118,14 +125,18 @@ def read_job(scan: Scan, options: Options, notes: list[str]) -> explain.Job:
         job.checkpointing, job.checkpointing_source = options.checkpointing, "--checkpointing flag"
     elif isinstance(bench.get("activation_checkpointing"), bool):
         job.checkpointing, job.checkpointing_source = bench["activation_checkpointing"], where
-    job.workload_options = dict(options.workload)
+    job.workload_options = options.workload_options()
+    if options.checkpoint_in_cpu:
+        job.workload_options["checkpoint_in_cpu"] = True
     job.optimizer = options.optimizer
+    job.micro_batch, job.grad_accum = options.micro_batch, options.grad_accum
     if options.margin is not None:
         job.margin = options.margin
-    if options.model is not None:
-        from zerotune.catalog.models import load_model
+    if options.model is not None or options.adhoc:
+        from zerotune.job import load_spec
 
-        job.spec, job.spec_source = load_model(options.model), "--model"
+        job.spec = load_spec(options, notes)
+        job.spec_source = "--model" if options.model is not None else "--params/--layers/--hidden"
     elif _bench_model(bench, job, where, notes):
         pass
     elif _model_from_log(scan, job, notes):
@@ -140,7 +151,28 @@ def read_job(scan: Scan, options: Options, notes: list[str]) -> explain.Job:
                 job.spec_source = f"log:{params.line.number} (llama-shaped model of that size)"
             except ZerotuneError as exc:
                 notes.append(f"parameter count on line {params.line.number} not usable: {exc.message}")
+    if job.seq_source == "assumed" and job.spec is not None:
+        from zerotune.catalog.models import default_seq_len
+
+        job.seq_len, note = default_seq_len(job.spec)  # predict's default (zerotune.job.resolve_job)
+        if note:
+            notes.append(note)
+    notes.extend(options.notes)
     return job
+
+
+def _world_said(options: Options) -> tuple[tuple[int, int], str] | None:
+    """((ranks, ranks per node), source) from --world-size or --gpus/--nodes, read as predict reads them
+    (zerotune.job.world) on the profile named, else the built-in one; None when none was said."""
+    if options.world_size is None and options.gpus is None and options.nodes is None:
+        return None
+    from zerotune.catalog.hardware import DEFAULT_PROFILE, load_profile
+    from zerotune.job import world
+
+    per_node, nodes = world(options, load_profile(options.profile or DEFAULT_PROFILE))
+    flags = ("--world-size",) if options.world_size is not None else ()
+    flags += tuple(f for f, v in (("--gpus", options.gpus), ("--nodes", options.nodes)) if v is not None)
+    return (per_node * nodes, per_node), "/".join(flags)
 
 
 def hf_said(options: Options) -> dict[str, Any]:
@@ -155,10 +187,11 @@ def analyse(stream: BinaryIO, name: str, options: Options) -> tuple[Report, dict
     oom_capacity = diagnosis.oom.capacity_bytes if diagnosis.oom else None
     if (
         options.profile is not None
+        or options.gpu_memory is not None
         or oom_capacity is not None
         or (job.spec is not None and job.config is not None)
     ):
-        job.hardware = _hardware(job, options.profile, oom_capacity, notes)
+        job.hardware = _hardware(job, options, oom_capacity, notes)
     explain.fill_hf(job, scan, hf_said(options), notes)
 
     report = Report(
@@ -210,7 +243,7 @@ def _explain(
     elif job.config is not None and "reconstructed" not in job.config_source:
         report.lint = [
             f
-            for f in rejected.lint_config(job.config, world=job.world, seq_len=job.seq_len, hf=bool(job.hf_values))
+            for f in rejected.lint_config(job.config, world=job.world, seq_len=job.seq_len, hf=bool(job.hf_values) or options.hf)
             if f.severity != "info"
         ]
 
@@ -221,7 +254,7 @@ def _explain(
         )
     if job.config is None and diagnosis.cause == "gpu_oom":
         notes.append("pass --config (the DeepSpeed JSON) for the memory model and a corrected config")
-    wanted = diagnosis.cause == "gpu_oom" or (options.model is not None and diagnosis.cause != "host_oom")
+    wanted = diagnosis.cause == "gpu_oom" or (_model_said(options) and diagnosis.cause != "host_oom")
     checked = explain.memory_check(job, diagnosis) if wanted else None
     if checked is not None:
         report.memory, gap = checked
@@ -231,9 +264,9 @@ def _explain(
                 report.fix, fixed = found
             elif diagnosis.oom is not None and diagnosis.oom.phase != "checkpoint_save":
                 notes.append(f"no change of at most {fix_search.MAX_KNOBS} keys is predicted to fit")
-    if diagnosis.cause == "slow" or (scan.breakdown and options.model is not None):
+    if diagnosis.cause == "slow" or (scan.breakdown and _model_said(options)):
         if job.hardware is None and job.spec is not None and job.config is not None:
-            job.hardware = _hardware(job, options.profile, None, notes)
+            job.hardware = _hardware(job, options, None, notes)
         report.step = explain.step_check(job, scan)
         if report.step is None and diagnosis.cause == "slow":
             notes.append(
@@ -251,7 +284,7 @@ def _explain(
             if candidate is not None:
                 errors = [
                     f.code
-                    for f in rejected.lint_config(candidate, world=job.world, seq_len=job.seq_len, hf=bool(job.hf_values))
+                    for f in rejected.lint_config(candidate, world=job.world, seq_len=job.seq_len, hf=bool(job.hf_values) or options.hf)
                     if f.severity == "error"
                 ]
                 report.fix.text += (  # type: ignore[union-attr]
@@ -396,3 +429,8 @@ def _facts(scan: Scan, job: explain.Job, options: Options) -> list[FactOut]:
         )
     )
     return out
+
+
+def _model_said(options: Options) -> bool:
+    """--model or an ad-hoc shape: the user asked for the model's numbers whatever the log's cause."""
+    return options.model is not None or options.adhoc

@@ -67,6 +67,9 @@ class Job:
     """What HF Trainer puts into the config's "auto" keys for this job (`fill_hf`); empty without them"""
     workload_options: dict[str, Any] = field(default_factory=dict)
     """The workload options said (kernels, packing, offloading, MoE experts): Workload fields."""
+    micro_batch: int | None = None
+    grad_accum: int | None = None
+    """--micro-batch, --grad-accum: over the config's, as predict takes them"""
     ranks_per_node: int | None = None
     """as the launcher printed it (num_local_procs, --nproc_per_node); else the profile's GPUs per node"""
     capacity: int | None = None
@@ -167,16 +170,21 @@ def workload_for(config: dict[str, Any], job: Job) -> Workload:
         per_node = min(job.world, job.hardware.gpus_per_node)
     else:
         per_node = job.world
+    # as zerotune.job.resolve_job builds predict's workload: the flags over the config
+    options = dict(job.workload_options)
+    if options.get("activation_offloading") and job.checkpointing:
+        options["checkpoint_in_cpu"] = True
+    options.setdefault("autocast", r.autocast)
     return Workload(
         seq_len=job.seq_len,
-        micro_batch=micro,
-        grad_accum=accum,
+        micro_batch=job.micro_batch or micro,
+        grad_accum=job.grad_accum or accum,
         precision=r.precision,
         optimizer=optimizer,
         activation_checkpointing=job.checkpointing,
         gpus_per_node=per_node,
         nodes=max(1, math.ceil(job.world / per_node)),
-        **job.workload_options,
+        **options,
     )
 
 

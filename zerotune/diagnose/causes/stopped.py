@@ -26,6 +26,11 @@ _HANG_TEXT = {
         "previous step (data-dependent control flow, a loop whose length depends on the sample). Ranks that "
         "take different paths issue different parameter gathers and wait on each other forever."
     ),
+    "watchdog_stuck": (
+        "torch's NCCL heartbeat monitor found the watchdog thread itself stuck (no collective could time out): "
+        "a rank is blocked inside a CUDA/NCCL call or another thread holds the GIL. Dump every rank's stack "
+        "(py-spy dump) to see where; with CPU offload, check the host is not out of memory or swapping."
+    ),
     "stopped_in_startup": (
         "The log ends during start-up (the last lines load ops or initialise the process group) with no "
         "step and no error after them: the job hung at init."

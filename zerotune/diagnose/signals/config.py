@@ -290,11 +290,15 @@ _VERSION = re.compile(
     r"|no_sync context manager is incompatible with gradient partitioning"
     r"|TypeError: [\w.]*\(\) got (?:an unexpected keyword argument|multiple values for keyword argument) '\w+'"
     r"|^\s*(?:[\w.]+\.)?\w*(?:Error|Exception): .*\b[Vv]ersion mismatch"
+    r"|ProcessGroup nccl ?does not support \w+"
 )
 """A library object without an attribute its caller uses, or a call with a keyword the callee does not
 take (an API that moved between the releases of DeepSpeed, transformers, accelerate or the training
 framework installed together: e.g. Megatron-DeepSpeed PR 316, LLaMA-Factory issues 2552 and 5334) is a
-version mismatch too."""
+version mismatch too. So is torch's c10d refusing a collective its NCCL process group does not implement
+("ProcessGroup nccl does not support _reduce_scatter_base"): the DeepSpeed installed calls a collective
+the installed torch lacks (huggingface/accelerate#1098: torch 1.11 with a newer DeepSpeed; upgrading the
+pair fixed it)."""
 """CUDA toolkit vs torch (DeepSpeed's CUDAMismatchException, torch.utils.cpp_extension's check), a
 library too old or too new for its caller (transformers' dependency checks, a name or submodule that
 moved between releases)."""
@@ -364,6 +368,7 @@ SIGNALS = (
             rb"AttributeError: ",
             rb"version ==",
             rb"PyTorch \(",
+            rb"does not support _",  # c10d: "ProcessGroup nccl does not support _reduce_scatter_base"
             rb"Please (?:upgrade|update|install)",
             rb"_sync context manager is incompatible",  # DeepSpeed 0.16.0's no_sync assertion vs the HF Trainer of its time
         ),

@@ -44,12 +44,15 @@ _PHASES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         (
             "gradient_buckets",
             r"reduce_ipg_grads|reduce_and_partition_ipg_grads|avg_scatter_grads|allreduce_bucket|average_tensor"
-            r"|reduce_independent_p_g_buckets|ipg_buffer|copy_grads_in_partition|allreduce_gradients",
+            r"|reduce_independent_p_g_buckets|ipg_buffer|copy_grads_in_partition|allreduce_gradients"
+            # stage_1_and_2.py backward allocates the IPG bucket as torch.empty(int(self.reduce_bucket_size))
+            r"|torch\.empty\(int\(self\.reduce_bucket_size\)",
         ),
         (
             "param_gather",
             r"all_gather_params|all_gather_coalesced|partitioned_param_coordinator|fetch_sub_module"
-            r"|pre_sub_module_forward|_all_gather_dtype|\ball_gather\b|_allgather_base",
+            r"|pre_sub_module_forward|_all_gather_dtype|\ball_gather\b|_allgather_base"
+            r"|_allgather_params",  # partition_parameters.py's gather of a list of ZeRO-3 parameters
         ),
         (
             "optimizer_states",

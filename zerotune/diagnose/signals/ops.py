@@ -6,7 +6,9 @@ The formats are those of torch.utils.cpp_extension (`Error building extension 'c
 0.19.8: MissingCUDAException, "CUDA_HOME does not exist", ninja missing), and the AttributeError a
 half-built DeepSpeedCPUAdam raises later in __del__ ("has no attribute 'ds_opt_adam'"); the build's own
 tools failing however the traceback is printed (subprocess's "Command '['ninja', '-v']' returned
-non-zero exit status", the linker's "ld: cannot find"). The async_io
+non-zero exit status", the linker's "ld: cannot find", and torch.utils.cpp_extension's compiler check
+`which c++` failing: no compiler), and an op in torch's JIT cache (torch_extensions/) with an undefined
+symbol: built against another torch, or a stale build left when rebuilding failed. The async_io
 op is nvme_aio's (signals.memory), a CUDA toolkit that differs from torch's is version_mismatch's.
 """
 
@@ -25,7 +27,8 @@ _BUILD = re.compile(
     r"|undefined symbol: .*(adam|lamb|lion|adagrad)|fatal error: (?:cuda_\w+|\w+)\.h: No such file"
     r"|^FAILED: (\w+)\.(?:so|o|cuda\.o)\b|_run_ninja_build|nvcc fatal|[Uu]nsupported gpu architec\w+ '(compute_\d+)'"
     r"|ld returned 1 exit status|'[^']*/(?:gcc|g\+\+|c\+\+|nvcc)' failed with exit code"
-    r"|/ld: cannot find|Command '\['(?:ninja|nvcc|gcc|g\+\+|c\+\+|cmake|make)'"
+    r"|/ld: cannot find|Command '\['(?:which', ')?(?:ninja|nvcc|gcc|g\+\+|c\+\+|cmake|make)'"
+    r"|torch_extensions/[^:]*?/(\w+)\.so: undefined symbol"
 )
 
 

@@ -81,6 +81,10 @@ _HANG = (
         ),
     ),
     ("trace_cache", re.compile(r"Invalidate trace cache @ step \d+")),
+    # torch's NCCL heartbeat monitor (ProcessGroupNCCL.cpp, torch >= 2.2): the watchdog thread itself
+    # made no progress for TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC (default 480 s), so no collective could time
+    # out: the process is stuck in a CUDA/NCCL call or holds the GIL (hiyouga/LlamaFactory#6964)
+    ("watchdog_stuck", re.compile(r"ProcessGroupNCCL's watchdog got stuck for \d+ seconds")),
     (
         "barrier_timeout",
         re.compile(
@@ -145,6 +149,7 @@ SIGNALS = (
             rb"Socket Timeout",
             rb"ForInput: ",  # "[c10d] waitForInput: ... timed out"
             rb"Invalidate trace cache",
+            rb"watchdog got stuck",
             rb"Thread 0x",
             rb"Current thread 0x",
         ),
