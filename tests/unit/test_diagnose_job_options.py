@@ -100,3 +100,23 @@ def test_hf_reads_auto_values_as_hf_trainer_fills_them(cli, tmp_path):
     assert "ZT801" in codes
     codes = {f["code"] for f in json.loads(cli("diagnose", log, "--config", config, "--hf", "--json").stdout)["lint"]}
     assert "ZT801" not in codes
+
+
+def test_without_profile_both_take_the_profile_predict_takes(cli, files, tmp_path, monkeypatch):
+    """No --profile: diagnose resolves the profile as predict does (catalog.hardware.default_profile):
+    this machine's cached GPU probe wins over the built-in dgx-h100, for both commands alike."""
+    from zerotune.catalog.hardware import dump_profile, load_profile
+
+    monkeypatch.setenv("ZEROTUNE_CACHE_DIR", str(tmp_path / "cache"))
+    (tmp_path / "cache").mkdir()
+    probe = load_profile("dgx-a100-80g").model_copy(update={"origin": "probe"})
+    (tmp_path / "cache" / "last-probe.yaml").write_text(dump_profile(probe))
+    config, log = files
+    job = ["--model", "llama-7b", "--gpus", "8", "--seq-len", "2048"]
+    pred = json.loads(cli("predict", "--config", config, "--json", *job).stdout)
+    diag = json.loads(cli("diagnose", log, "--config", config, "--json", *job).stdout)
+    assert diag["memory"]["capacity_bytes"] == pred["memory"]["gpu_capacity_bytes"] == probe.gpu.memory_bytes
+    assert diag["step"]["predicted_ms"] == pytest.approx(pred["step_time_s"] * 1000, rel=1e-12)
+    assert pred["step_time_s"] != pytest.approx(
+        json.loads(cli("predict", "--config", config, "--json", "--profile", "dgx-h100", *job).stdout)["step_time_s"]
+    )

@@ -18,6 +18,7 @@ from zerotune.diagnose.scan import scan_stream
 from zerotune.diagnose.signals import facts
 from zerotune.dsconfig.settings import resolve
 from zerotune.errors import InputError, ZerotuneError
+from zerotune.schema.hardware import HardwareProfile
 from zerotune.schema.job import JobInputs
 from zerotune.units import GiB
 
@@ -43,13 +44,26 @@ def _offload_configured(config: dict[str, Any] | None) -> bool:
     return z.offload_optimizer.device != "none" or z.offload_param.device != "none"
 
 
-def _hardware(job: explain.Job, options: Options, oom_capacity: int | None, notes: list[str]):
-    """The profile said (else the built-in one) with the GPU size the OOM message, else --gpu-memory,
-    gives, resized to the job's ranks as predict resizes it (catalog.hardware.with_counts)."""
-    from zerotune.catalog.hardware import DEFAULT_PROFILE, load_profile, with_counts
+def _profile(options: Options, notes: list[str]) -> tuple[HardwareProfile, str]:
+    """(the profile, how it was chosen): --profile, else the one predict and recommend use without it
+    (catalog.hardware.default_profile: this machine's cached calibration or GPU probe, else the built-in
+    one), so the same job gets the same numbers from every command."""
+    from zerotune.catalog.hardware import default_profile, load_profile
 
-    profile = options.profile
-    hw = load_profile(profile or DEFAULT_PROFILE)
+    if options.profile:
+        return load_profile(options.profile), "--profile"
+    said: list[str] = []
+    hw, ref = default_profile(said)
+    notes.extend(said)
+    return hw, f"assumed (profile {ref}, no --profile)"
+
+
+def _hardware(job: explain.Job, options: Options, oom_capacity: int | None, notes: list[str]):
+    """The profile (`_profile`) with the GPU size the OOM message, else --gpu-memory, gives, resized to
+    the job's ranks as predict resizes it (catalog.hardware.with_counts)."""
+    from zerotune.catalog.hardware import with_counts
+
+    hw, chosen = _profile(options, notes)
     capacity = oom_capacity
     if capacity is None and options.gpu_memory is not None and hw.gpu is not None:
         capacity = int(options.gpu_memory * GiB)
@@ -62,7 +76,7 @@ def _hardware(job: explain.Job, options: Options, oom_capacity: int | None, note
             notes.append(f"profile {hw.name!r} has no GPU: GPU capacity taken from the OOM message only")
     elif hw.has_gpus and hw.gpu is not None and hw.gpu.memory_bytes:
         job.capacity = hw.gpu.memory_bytes
-        job.capacity_source = "--profile" if profile else f"assumed (built-in profile {DEFAULT_PROFILE})"
+        job.capacity_source = chosen
     if hw.has_gpus:
         per_node = min(job.world, job.ranks_per_node or hw.gpus_per_node, hw.gpus_per_node)
         nodes = math.ceil(job.world / per_node)
@@ -163,13 +177,12 @@ def read_job(scan: Scan, options: Options, notes: list[str]) -> explain.Job:
 
 def _world_said(options: Options) -> tuple[tuple[int, int], str] | None:
     """((ranks, ranks per node), source) from --world-size or --gpus/--nodes, read as predict reads them
-    (zerotune.job.world) on the profile named, else the built-in one; None when none was said."""
+    (zerotune.job.world) on the profile `_profile` chooses; None when none was said."""
     if options.world_size is None and options.gpus is None and options.nodes is None:
         return None
-    from zerotune.catalog.hardware import DEFAULT_PROFILE, load_profile
     from zerotune.job import world
 
-    per_node, nodes = world(options, load_profile(options.profile or DEFAULT_PROFILE))
+    per_node, nodes = world(options, _profile(options, [])[0])
     flags = ("--world-size",) if options.world_size is not None else ()
     flags += tuple(f for f, v in (("--gpus", options.gpus), ("--nodes", options.nodes)) if v is not None)
     return (per_node * nodes, per_node), "/".join(flags)
