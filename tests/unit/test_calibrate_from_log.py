@@ -189,6 +189,37 @@ def test_a_launch_bound_compute_timer_moves_the_launch_cost_not_flops() -> None:
     assert predict(big, fit.profile).step_time_s == pytest.approx(predict(big, truth).step_time_s, rel=0.03)
 
 
+def _offload_job(measured_: Measured | None = None) -> Observation:
+    config = {
+        "train_micro_batch_size_per_gpu": 1,
+        "bf16": {"enabled": True},
+        "zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"}},
+    }
+    workload = Workload(seq_len=2048, micro_batch=1, grad_accum=1, precision="bf16", gpus_per_node=8, nodes=1)
+    return Observation("offload.log", load_model("llama-7b"), workload, resolve(config).zero, measured_ or Measured())
+
+
+def test_a_parameter_offload_run_moves_the_copy_rate_within_the_link() -> None:
+    """The machine's host<->device copies run at a third of the profile's rate. A stage-3 parameter-
+    offload run's step waits on them, so its figure moves the copy rate (both directions, one factor)
+    with the other terms it exercises (before, the copies took no share and FLOP/s took theirs); a run
+    many times faster than the profile leaves the copy rate at the PCIe link's nominal rate (gen5 x16
+    on the DGX H100: 63 GB/s), no higher."""
+    base = load_profile("dgx-h100")
+    h = base.host
+    slow = base.model_copy(update={"host": h.model_copy(update={"h2d_pinned_Bps": h.h2d_pinned_Bps / 3, "d2h_pinned_Bps": h.d2h_pinned_Bps / 3})})
+    step = predict(_offload_job(), slow).step_time_s
+    assert step > 1.2 * predict(_offload_job(), base).step_time_s  # the copies are a share of its step
+    fit = fit_logs([_offload_job(Measured(step_s=Figure(step, "log:4")))], base)
+    moved = {v.path: v for v in fit.values}
+    copy = moved["host.h2d_pinned_Bps"].calibrated / h.h2d_pinned_Bps
+    assert copy < 0.9 and moved["host.d2h_pinned_Bps"].calibrated / h.d2h_pinned_Bps == pytest.approx(copy)
+    assert predict(_offload_job(), fit.profile).step_time_s == pytest.approx(step, rel=1e-3)
+    fast = fit_logs([_offload_job(Measured(step_s=Figure(step / 20, "log:4")))], base)
+    top = next(v for v in fast.values if v.path == "host.h2d_pinned_Bps")
+    assert top.calibrated == pytest.approx(16 * 3.938e9) and "ceiling" in top.note
+
+
 def test_a_run_far_outside_the_band_is_a_finding() -> None:
     base = load_profile("dgx-h100")
     obs = _obs(2, Measured())

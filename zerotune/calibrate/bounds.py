@@ -13,6 +13,7 @@ bounds is not a better description of the machine but noise absorbed by the wron
 - collective bus bandwidth: on loopback gloo every byte passes through host memory at least once,
   so busbw <= the host's memory bandwidth; on a GPU link <= the link's nominal rate when known;
 - achieved FLOP/s <= the GPU's datasheet peak for the precision (no ceiling known on a CPU host);
+- host<->device copies <= the PCIe link's nominal rate per direction (generation x lanes);
 - memory slack: the estimate's overhead term (CUDA context + allocator slack) cannot go below 0, and
   no GPU holds more than its capacity.
 """
@@ -82,6 +83,18 @@ def busbw_ceiling(profile: HardwareProfile, link_name: str) -> tuple[float, str]
         return profile.host.memory_Bps, "host memory bandwidth (loopback gloo copies through memory)"
     if link is not None and link.nominal_Bps:
         return link.nominal_Bps, "the link's nominal rate"
+    return math.inf, "none known"
+
+
+def pcie_ceiling(profile: HardwareProfile) -> tuple[float, str]:
+    """Highest host<->device copy rate a fit may reach: the link's nominal rate per direction, lanes x
+    the generation's per-lane rate (zerotune/hw/nvml.py PCIE_LANE_Bps), where the profile states both."""
+    from zerotune.hw.nvml import PCIE_LANE_Bps
+
+    gen, width = profile.host.pcie_gen, profile.host.pcie_width
+    lane = PCIE_LANE_Bps.get(gen or 0)
+    if lane and width:
+        return lane * width, f"PCIe gen{gen} x{width} nominal {lane * width / 1e9:.3g} GB/s"
     return math.inf, "none known"
 
 
