@@ -172,3 +172,27 @@ def test_eager_attention_pays_the_score_round_trips_the_fused_kernels_do_not():
     assert bwd == pytest.approx(7 * 2 * scores / 2e12)
     for fused in ("sdpa", "flash", "flash3"):
         assert eager_score_seconds(hw, block, model, 1024, 1024, fused) == (0.0, 0.0)
+
+
+@pytest.mark.parametrize(
+    ("profile", "precision", "matmul_tflops"),
+    [
+        # largest measured torch matmul, zzc0721/torch-performance-test-data database.md (TITAN RTX: its issue #127)
+        ("8xrtx3090", "bf16", 76.68),
+        ("4xrtx4090", "bf16", 173.31),
+        ("8xa6000", "bf16", 123.34),
+        ("8xl40s-pcie", "bf16", 269.15),
+        ("2xtitan-rtx", "fp16", 66.32),
+    ],
+)
+def test_workstation_profile_mfu_is_half_the_measured_matmul_ceiling(profile, precision, matmul_tflops):
+    # the rule the T4/A10G/L4/RTX 5090 profiles state: MFU = 0.50 x (largest measured matmul / rated peak), the
+    # ceiling capped at the rated peak where a card boosts past it (RTX 3090, RTX 4090); the measured matmuls
+    # also show torch runs these GeForce cards at the FP32-accumulate rate the catalog stores (3090: 76.7, not 142)
+    from zerotune.catalog.hardware import load_profile
+
+    hw = load_profile(profile)
+    peak = hw.gpu.peak_flops(precision)
+    assert matmul_tflops * 1e12 < 1.1 * peak  # not the FP16-accumulate rate (2x on GeForce)
+    expected = 0.50 * min(matmul_tflops * 1e12 / peak, 1.0)
+    assert hw.compute.mfu_assumption == pytest.approx(expected, abs=0.005)

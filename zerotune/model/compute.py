@@ -50,9 +50,13 @@ DEFAULT_MFU = 0.4
 has no published figure (GENERATION_MFU). ASSUMED, not measured on those GPUs: the low end of what large
 tuned runs publish on data-centre parts (PaLM 540B 46.2% MFU, Chowdhery et al. 2022 Table 3; GPT 1T 52% of
 A100 peak, Narayanan et al. 2021 Table 1; Llama 3 405B 38-43% on H100, GENERATION_MFU). The catalog's
-Turing, GA102 and Ada profiles (TITAN RTX, RTX 3090/4090, A6000, A40, L40S) run on it; their 17
-published runs are predicted at 17.7-54.5% MAPE per GPU leave-one-source-out, 13 slow and 4 fast (loso.py), so
-they do not pin it. A probe or calibration on the GPU replaces it."""
+consumer and workstation profiles state their own MFU instead, 0.50 x (largest measured torch matmul / rated
+peak) (profiles/hardware/*.yaml `compute.source`); only the RTX 6000 Ada, with no published matmul, is left
+on this default. No published run pins it: in the suite the 3090/4090/A6000 runs and two of the three A40
+runs take their rate from the source's own single-GPU rows (scripts/evidence/published.py `same_box`), and
+the TITAN RTX runs' predicted steps are held by the per-block launch floor and exposed communication (BELLE
+#402) or CPU Adam (the HF blog): their LOSO errors move by <= 1 point between MFU 0.2 and 0.8. A probe or
+calibration on the GPU replaces it."""
 
 
 GENERATION_MFU: dict[tuple[str, str], tuple[float, str]] = {
