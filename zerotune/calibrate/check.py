@@ -203,11 +203,13 @@ def decide(check: SelfCheck, *, repeats: int, band_pct: float = BAND_PCT, load_l
         )
     expected = check.expected_error_pct
     if MAPE_PER_RMS * expected > band_pct:
+        # more repeats narrow the fit, not how much this machine's launches differ from each other
+        todo = "quiet the machine" if MAPE_PER_RMS * check.launch_pct > band_pct else f"quiet the machine or run with {more}"
         return Decision(
             False,
             f"not cached: expected error +-{expected:.1f}% (launches of a job differ by +-{check.launch_pct:.1f}% "
             f"on this machine now, the fit's own spread +-{check.refit_spread_pct:.1f}%) is wider than the "
-            f"{band_pct:g}% band allows; quiet the machine or run with {more}",
+            f"{band_pct:g}% band allows; {todo}",
         )
     return Decision(
         True,
