@@ -272,6 +272,7 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "calibrate_wall_max_s": max(r["calibrate_wall_s"] for r in rows) if rows else None,
         "non_physical": sorted({v for r in rows for v in r.get("non_physical", [])}),
     }
+    out["launch_spread_pct"] = launch_spread(rows)
     out["from_log"] = from_log_summary(rows)
     out["meets"] = {
         f"every cached round <= {BAND_PCT:g}%": bool(mapes) and max(mapes) <= BAND_PCT,
@@ -283,6 +284,18 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "no non-physical value": not out["non_physical"],
     }
     return out
+
+
+def launch_spread(rows: list[dict[str, Any]]) -> float | None:
+    """The machine's state over the series: how much the held-out configs' fresh launches differ from round
+    to round (median over the configs of their step time's coefficient of variation, percent); a calibration
+    cannot predict a launch more closely (zerotune/calibrate/check.py LAUNCH_PER_STEP_NOISE)."""
+    times: dict[str, list[float]] = {}
+    for r in rows:
+        for h in r.get("held_out") or []:
+            times.setdefault(h["name"], []).append(h["measured_s"])
+    cvs = [statistics.pstdev(v) / statistics.mean(v) * 100 for v in times.values() if len(v) >= 3]
+    return statistics.median(cvs) if cvs else None
 
 
 def from_log_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -332,6 +345,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{'PASS' if fl['meets'] else 'FAIL'}  from-log within {FROM_LOG_WITHIN_PTS:g} points of calibrate "
               f"(issue 22): median {fl['from_log_mape_median_pct']:.1f}% vs {fl['calibrate_mape_median_pct']:.1f}%, "
               f"{fl['rounds_within']}/{fl['rounds']} rounds within")  # fmt: skip
+    if result["launch_spread_pct"] is not None:
+        print(f"# this machine during the series: a held-out config's launches differ by {result['launch_spread_pct']:.1f}% "
+              "(median CV over the rounds); no calibration is held out more closely than that")  # fmt: skip
     cached = result["cached_held_out_mape_median_pct"]
     print(f"# {len(rows)} rounds, {result['cached']} cached (median held-out MAPE {_f(cached, '.1f', '%')}), "
           f"{time.monotonic() - t0:.0f} s", file=sys.stderr)  # fmt: skip
