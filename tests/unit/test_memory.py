@@ -471,6 +471,11 @@ def test_stage3_torch_linear_keeps_every_gathered_weight_into_backward() -> None
     assert gathered(old) == matrices * 2
     assert gathered(old) - gathered(w) == (matrices - LLAMA_7B.largest_tensor) * 2
     assert gathered(w.model_copy(update={"deepspeed_version": "0.19.4"})) == gathered(w)
+    # `memory_efficient_linear: false` leaves torch's linear on any release, zero.Init or not
+    torch_linear = z.model_copy(update={"memory_efficient_linear": False})
+    on = w.model_copy(update={"zero_init": True})
+    plain = estimate_memory(LLAMA_7B, on, torch_linear).phase("end of forward (gathered)")
+    assert plain.terms_named("gathered parameters") == gathered(old)
     assert gathered(old.model_copy(update={"zero_init": True})) == gathered(w.model_copy(update={"zero_init": True}))
     checkpointed = {"activation_checkpointing": True}
     # checkpointed: only the head, outside the checkpointed blocks, saves its weight view

@@ -248,15 +248,21 @@ def release_version(version: str) -> tuple[int, ...]:
     return tuple(int(p) for p in match.group(1).split(".")) if match else ()
 
 
-def linear_keeps_gathered(deepspeed_version: str | None, zero_init: bool) -> bool:
+def linear_keeps_gathered(deepspeed_version: str | None, zero_init: bool, memory_efficient_linear: bool = True) -> bool:
     """Stage 3: torch's own linear runs the forward, so every gathered Linear weight outlives its release.
 
     torch's `linear` saves `weight.t()` for backward, a view that shares the gathered weight's storage;
     DeepSpeed releases a parameter by pointing `param.data` at an empty tensor, which frees nothing
     while that view lives (deepspeedai/DeepSpeed#1465; PR #8189: "the standard Linear implementation can
     retain the gathered weight storage until backward completes"). ZeRO-3's `LinearFunctionForZeroStage3`
-    saves the parameter itself instead. It is missing for a model built outside `zero.Init` on a release
-    before LINEAR_WRAPPER_FOR_BUILT_MODELS (None: DeepSpeed 0.19.8, the release this model follows)."""
+    saves the parameter itself instead. It is missing with `memory_efficient_linear: false` (Init installs
+    it only when that is true: partition_parameters.py `Init.__init__`, `patch_init_and_builtins`), and
+    for a model built outside `zero.Init` on a release before LINEAR_WRAPPER_FOR_BUILT_MODELS (None:
+    DeepSpeed 0.19.8, the release this model follows). Measured on 0.19.8's CPU engine
+    (scripts/evidence/zero3_release.py): with `memory_efficient_linear: false` the end of forward holds
+    8.98 MiB more of a 16 MiB model's weights."""
+    if not memory_efficient_linear:
+        return True
     if zero_init or deepspeed_version is None:
         return False
     return release_version(deepspeed_version) < LINEAR_WRAPPER_FOR_BUILT_MODELS
