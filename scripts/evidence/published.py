@@ -218,6 +218,11 @@ class Run(BaseModel):
         description="stage 3: the model is built under deepspeed.zero.Init (HF Trainer / accelerate); false "
         "where the source's script builds it before deepspeed.initialize (moved to the GPU whole)",
     )
+    deepspeed_version: str | None = Field(
+        None,
+        description="the DeepSpeed release the source ran, where it states one or its date bounds it "
+        "(null: the release zerotune models)",
+    )
     stated: list[str] = Field(description="fields the source states")
     assumed: dict[str, str] = Field(default_factory=dict, description="field -> why this value was assumed")
     measured: Measured
@@ -337,6 +342,7 @@ def run_workload(run: Run, precision: str) -> Workload:
         activation_offloading=run.activation_offloading,
         moe_impl=run.moe_impl or "grouped",
         zero_init=run.zero_init,
+        deepspeed_version=run.deepspeed_version,
         autocast=resolve(run.ds_config()).autocast,
         omp_threads=run.omp_threads,
         gpus_per_node=run.gpus_per_node,

@@ -88,6 +88,8 @@ def workload_options(run: published.Run) -> list[str]:
         args += ["--omp-threads", str(run.omp_threads)]
     if not run.zero_init:
         args.append("--no-zero-init")
+    if run.deepspeed_version is not None:
+        args += ["--deepspeed-version", run.deepspeed_version]
     return args
 
 

@@ -120,3 +120,20 @@ def test_without_profile_both_take_the_profile_predict_takes(cli, files, tmp_pat
     assert pred["step_time_s"] != pytest.approx(
         json.loads(cli("predict", "--config", config, "--json", "--profile", "dgx-h100", *job).stdout)["step_time_s"]
     )
+
+
+def test_the_release_a_log_prints_is_the_one_predicted(cli, files, tmp_path):
+    """A stage-3 model built outside zero.Init keeps more gathered before DeepSpeed 0.19.4: diagnose takes
+    the release from the log's `DeepSpeed info` line, as predict takes --deepspeed-version."""
+    config, _ = files
+    log = tmp_path / "old.log"
+    log.write_text("[2025-12-20 10:00:00,000] [INFO] [logging.py:107:log_dist] [Rank 0] DeepSpeed info: "
+                   "version=0.18.3, git-hash=unknown, git-branch=unknown\n" + STEP_LOG)  # fmt: skip
+    job = ["--model", "llama-7b", "--profile", "dgx-h100", "--gpus", "8", "--seq-len", "1024", "--no-checkpointing",
+           "--no-zero-init"]  # fmt: skip
+    old = json.loads(cli("predict", "--config", config, "--json", *job, "--deepspeed-version", "0.18.3").stdout)
+    new = json.loads(cli("predict", "--config", config, "--json", *job).stdout)
+    assert old["memory"]["per_gpu_bytes"] > new["memory"]["per_gpu_bytes"]
+    d = cli("diagnose", log, "--config", config, "--json", *job)
+    assert d.code in (0, 1), d.stderr
+    assert json.loads(d.stdout)["memory"]["predicted_bytes"] == old["memory"]["per_gpu_bytes"]

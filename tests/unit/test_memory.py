@@ -17,7 +17,7 @@ from zerotune.model.memory import (
     compare_options,
     estimate_memory,
 )
-from zerotune.model.memory_facts import persistent_elements
+from zerotune.model.memory_facts import persistent_elements, release_version
 from zerotune.model.states import StateBytes, model_states, state_bytes
 from zerotune.schema.hardware import GpuSpec, HardwareProfile
 from zerotune.schema.model import LayerSpec, ModelSpec
@@ -453,6 +453,41 @@ def test_stage3_reuse_distance_keeps_the_model_tail_gathered() -> None:
     # without checkpointing no block is recomputed, so one more block is within the distance
     plain = estimate_memory(LLAMA_7B, w.model_copy(update={"activation_checkpointing": False}), z)
     assert gathered(plain) - gathered(default) == (LLAMA_7B.layers[-4].params - 8192) * 2
+
+
+def test_stage3_torch_linear_keeps_every_gathered_weight_into_backward() -> None:
+    """DeepSpeed before 0.19.4 (PR #8189) runs a model built outside zero.Init through torch's linear,
+    whose saved `weight.t()` view keeps each gathered weight's storage until its backward: at the end of
+    forward every block's q/k/v/o and MLP matrices are gathered, not the embedding, norms or persistent
+    vectors. Checkpointed blocks save nothing, zero.Init and 0.19.4 on install ZeRO-3's own linear."""
+    w = Workload(gpus_per_node=8, seq_len=512, activation_checkpointing=False, zero_init=False)
+    z = _zero(3).model_copy(update={"max_reuse_distance": 0, "prefetch_bucket_size": 0})
+    old = w.model_copy(update={"deepspeed_version": "0.18.3"})
+
+    def gathered(workload: Workload) -> int:
+        return estimate_memory(LLAMA_7B, workload, z).phase("end of forward (gathered)").terms_named("gathered parameters")
+
+    matrices = sum(t for layer in LLAMA_7B.layers[1:] for t in layer.tensors if t > 4096)
+    assert gathered(old) == matrices * 2
+    assert gathered(old) - gathered(w) == (matrices - LLAMA_7B.largest_tensor) * 2
+    assert gathered(w.model_copy(update={"deepspeed_version": "0.19.4"})) == gathered(w)
+    # `memory_efficient_linear: false` leaves torch's linear on any release, zero.Init or not
+    torch_linear = z.model_copy(update={"memory_efficient_linear": False})
+    on = w.model_copy(update={"zero_init": True})
+    plain = estimate_memory(LLAMA_7B, on, torch_linear).phase("end of forward (gathered)")
+    assert plain.terms_named("gathered parameters") == gathered(old)
+    assert gathered(old.model_copy(update={"zero_init": True})) == gathered(w.model_copy(update={"zero_init": True}))
+    checkpointed = {"activation_checkpointing": True}
+    # checkpointed: only the head, outside the checkpointed blocks, saves its weight view
+    assert gathered(old.model_copy(update=checkpointed)) == LLAMA_7B.layers[-1].params * 2
+    assert gathered(w.model_copy(update=checkpointed)) == LLAMA_7B.largest_tensor * 2
+    # stage 1/2 never release their 16-bit parameters: nothing changes there
+    assert estimate_memory(LLAMA_7B, old, _zero(2)).per_gpu == estimate_memory(LLAMA_7B, w, _zero(2)).per_gpu
+
+
+@pytest.mark.parametrize("text, release", [("0.18.3", (0, 18, 3)), ("v0.14.2+cu121", (0, 14, 2)), ("0.19", (0, 19)), ("dev", ())])
+def test_release_version_reads_the_leading_numbers(text: str, release: tuple[int, ...]) -> None:
+    assert release_version(text) == release
 
 
 def _acts(est: object) -> int:

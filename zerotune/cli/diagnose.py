@@ -66,6 +66,7 @@ def command(
     moe_impl: o.MoeImpl = None,
     omp_threads: o.OmpThreads = None,
     autocast: o.Autocast = None,
+    deepspeed_version: o.DeepspeedVersion = None,
     training_args: o.TrainingArgs = None,
     out: Annotated[
         Path | None, typer.Option(help="Write the corrected DeepSpeed JSON here (+ OUT.reasons.md).")

@@ -86,6 +86,7 @@ OmpThreads = Annotated[int | None, typer.Option(help=_help("omp_threads"), show_
 Autocast = Annotated[
     bool | None, typer.Option("--autocast/--no-autocast", help=_help("autocast"), show_default=False)
 ]
+DeepspeedVersion = Annotated[str | None, typer.Option(help=_help("deepspeed_version"), show_default=False)]
 Launch = Annotated[
     list[str] | None,
     typer.Argument(

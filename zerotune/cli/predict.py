@@ -55,6 +55,7 @@ def command(
     moe_impl: o.MoeImpl = None,
     omp_threads: o.OmpThreads = None,
     autocast: o.Autocast = None,
+    deepspeed_version: o.DeepspeedVersion = None,
     training_args: o.TrainingArgs = None,
     width: Annotated[int | None, typer.Option(help="Timeline width in columns (default: the terminal's).")] = None,
     json_out: o.JsonOut = False,

@@ -79,6 +79,7 @@ def command(
     moe_impl: o.MoeImpl = None,
     omp_threads: o.OmpThreads = None,
     autocast: o.Autocast = None,
+    deepspeed_version: o.DeepspeedVersion = None,
 ) -> None:
     from zerotune.lint import registry
     from zerotune.lint.context import LintOptions
@@ -95,7 +96,7 @@ def command(
             raise InputError(f"{flag} must be positive, got {value:g}")
     from zerotune.schema.job import JobInputs
 
-    said = o.workload_said(attention, liger, cross_entropy, swiglu, rmsnorm, rotary, packing, activation_offloading, zero_init, moe_impl, omp_threads, autocast)
+    said = o.workload_said(attention, liger, cross_entropy, swiglu, rmsnorm, rotary, packing, activation_offloading, zero_init, moe_impl, omp_threads, autocast, deepspeed_version)
     JobInputs(**said).check()  # type: ignore[arg-type]
     selected, ignored = _split(select), _split(ignore)
     bad = registry.unknown_selectors((selected or []) + (ignored or []))

@@ -140,6 +140,9 @@ def read_job(scan: Scan, options: Options, notes: list[str]) -> explain.Job:
     elif isinstance(bench.get("activation_checkpointing"), bool):
         job.checkpointing, job.checkpointing_source = bench["activation_checkpointing"], where
     job.workload_options = options.workload_options()
+    if "deepspeed_version" not in job.workload_options and "deepspeed_version" in scan.facts:
+        # the release the log prints: before 0.19.4 stage 3 keeps more gathered (model.memory_facts)
+        job.workload_options["deepspeed_version"] = str(scan.facts["deepspeed_version"].value)
     if options.checkpoint_in_cpu:
         job.workload_options["checkpoint_in_cpu"] = True
     job.optimizer = options.optimizer

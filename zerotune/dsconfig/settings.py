@@ -70,6 +70,10 @@ class ZeroSettings(BaseModel):
     zero_quantized_weights: bool = False
     zero_quantized_gradients: bool = False
     gather_16bit_weights_on_model_save: bool = False
+    memory_efficient_linear: bool = True
+    """stage 3: DeepSpeed replaces torch.nn.functional.linear with its own (runtime/zero/linear.py), whose
+    saved weight does not keep a released parameter's gathered storage (model.memory_facts
+    `linear_keeps_gathered`)."""
     # Top-level keys the ZeRO buffers and reductions use, filled by resolve() (not zero_optimization
     # keys): None = the model dtype, DeepSpeed's default for both (docs/deepspeed-facts.md §3.2, §3.3).
     communication_data_type: Literal["fp16", "bf16", "fp32"] | None = None

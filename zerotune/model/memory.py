@@ -35,6 +35,7 @@ from zerotune.model.memory_facts import (
     facts_of,
     first_fetch_elements,
     gathered_elements,
+    linear_keeps_gathered,
     persistent_of,
     reuse_kept_elements,
     reuse_note,
@@ -216,6 +217,7 @@ def estimate_memory(
             zero.max_reuse_distance,
             zero.param_persistence_threshold,
             workload.activation_checkpointing,
+            linear_keeps_gathered(workload.deepspeed_version, workload.zero_init, zero.memory_efficient_linear),
         )
         gathered = gathered_elements(facts, zero, persistent, kept)
         in_flight = first_fetch_elements(facts, zero, persistent)

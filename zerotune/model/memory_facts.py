@@ -4,6 +4,7 @@ activation bytes (zerotune.model.activations) and the stage-3 parameters kept ga
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -30,6 +31,8 @@ class Facts:
     layer_tensors: tuple[tuple[int, ...], ...]
     """Per layer (forward order): its tensors."""
     layer_is_block: tuple[bool, ...]
+    layer_kinds: tuple[str, ...]
+    """Per layer (forward order): its LayerSpec kind (embedding, block, norm, head, ...)."""
     num_layers: int
     hidden: int
     heads: int
@@ -76,6 +79,7 @@ def facts_of(model: ModelSpec) -> Facts:
             tensors=tuple(t for layer in model.layers for t in layer.tensors),
             layer_tensors=tuple(tuple(layer.tensors) for layer in model.layers),
             layer_is_block=tuple(layer.kind.endswith("block") for layer in model.layers),
+            layer_kinds=tuple(layer.kind for layer in model.layers),
             num_layers=len(model.blocks) or model.num_layers,
             hidden=model.hidden_size,
             heads=model.num_heads,
@@ -230,8 +234,52 @@ def reuse_distances(
     return tuple(reversed(out))
 
 
+LINEAR_WRAPPER_FOR_BUILT_MODELS = (0, 19, 4)
+"""The first DeepSpeed release whose ZeRO-3 installs its memory-efficient linear (`zero3_linear_wrap`,
+runtime/zero/linear.py) for a model built before `deepspeed.initialize`: PR #8189 (commit 617061d6b,
+2026-07-31) added the `Init(module=...)` call of `_enable_mem_efficient_linear` (DeepSpeed 0.19.8
+runtime/zero/partition_parameters.py:1090); up to 0.19.3 only entering a `zero.Init` context replaced
+`torch.nn.functional.linear` (`patch_init_and_builtins`)."""
+
+
+def release_version(version: str) -> tuple[int, ...]:
+    """'0.18.3' / 'v0.14.2+cu121' -> (0, 18, 3): the leading numeric components of a DeepSpeed release."""
+    match = re.match(r"v?(\d+(?:\.\d+)*)", version.strip())
+    return tuple(int(p) for p in match.group(1).split(".")) if match else ()
+
+
+def linear_keeps_gathered(deepspeed_version: str | None, zero_init: bool, memory_efficient_linear: bool = True) -> bool:
+    """Stage 3: torch's own linear runs the forward, so every gathered Linear weight outlives its release.
+
+    torch's `linear` saves `weight.t()` for backward, a view that shares the gathered weight's storage;
+    DeepSpeed releases a parameter by pointing `param.data` at an empty tensor, which frees nothing
+    while that view lives (deepspeedai/DeepSpeed#1465; PR #8189: "the standard Linear implementation can
+    retain the gathered weight storage until backward completes"). ZeRO-3's `LinearFunctionForZeroStage3`
+    saves the parameter itself instead. It is missing with `memory_efficient_linear: false` (Init installs
+    it only when that is true: partition_parameters.py `Init.__init__`, `patch_init_and_builtins`), and
+    for a model built outside `zero.Init` on a release before LINEAR_WRAPPER_FOR_BUILT_MODELS (None:
+    DeepSpeed 0.19.8, the release this model follows). Measured on 0.19.8's CPU engine
+    (scripts/evidence/zero3_release.py): with `memory_efficient_linear: false` the end of forward holds
+    8.98 MiB more of a 16 MiB model's weights."""
+    if not memory_efficient_linear:
+        return True
+    if zero_init or deepspeed_version is None:
+        return False
+    return release_version(deepspeed_version) < LINEAR_WRAPPER_FOR_BUILT_MODELS
+
+
+def linear_weight_elements(facts: Facts, tensors: tuple[int, ...]) -> int:
+    """Elements of a layer's Linear weights: its tensors larger than any vector a block owns (biases and
+    norms are at most max(hidden, 3·hidden fused qkv, ffn) elements; the smallest weight, a GQA key
+    projection, is hidden × hidden / heads × kv_heads)."""
+    vector = max(3 * facts.hidden, facts.ffn)
+    return sum(t for t in tensors if t > vector)
+
+
 @lru_cache(maxsize=4096)
-def reuse_kept_elements(facts: Facts, max_reuse_distance: int, threshold: int, checkpointing: bool) -> int:
+def reuse_kept_elements(
+    facts: Facts, max_reuse_distance: int, threshold: int, checkpointing: bool, linear_views: bool = False
+) -> int:
     """Stage 3: gathered elements kept at the end of forward because they are reused soon.
 
     After a module runs, DeepSpeed releases its parameters unless they reappear within
@@ -244,15 +292,23 @@ def reuse_kept_elements(facts: Facts, max_reuse_distance: int, threshold: int, c
     activation peak: the tail of the model (the head and the last block of llama-7b at the default
     1e9, about 0.6 GiB in bf16; nothing at 0). Persistent tensors (≤ `threshold`) are counted
     elsewhere.
+
+    `linear_views` (`linear_keeps_gathered`): the Linear weights of every layer whose forward autograd
+    records (all but the embeddings, which save only their indices, and, with checkpointing, the
+    recomputed blocks, whose forward saves nothing) stay gathered until their backward too.
     """
-    if max_reuse_distance <= 0:
+    if max_reuse_distance <= 0 and not linear_views:
         return 0
     distances = reuse_distances(facts.layer_tensors, facts.layer_is_block, checkpointing)
-    return sum(
-        sum(t for t in tensors if t > threshold)
-        for tensors, distance in zip(facts.layer_tensors, distances, strict=True)
-        if distance < max_reuse_distance
-    )
+    kept = 0
+    for tensors, distance, kind, block in zip(
+        facts.layer_tensors, distances, facts.layer_kinds, facts.layer_is_block, strict=True
+    ):
+        if 0 < max_reuse_distance and distance < max_reuse_distance:
+            kept += sum(t for t in tensors if t > threshold)
+        elif linear_views and kind not in ("embedding", "vision") and not (checkpointing and block):
+            kept += linear_weight_elements(facts, tuple(t for t in tensors if t > threshold))
+    return kept
 
 
 def gathered_elements(facts: Facts, zero: ZeroSettings, persistent: int, kept: int = 0) -> int:

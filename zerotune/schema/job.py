@@ -55,6 +55,7 @@ WORKLOAD_OPTIONS = (
     "moe_impl",
     "omp_threads",
     "autocast",
+    "deepspeed_version",
 )
 """The JobInputs fields that describe how the job runs (set the Workload), in the order commands take them."""
 
@@ -154,6 +155,11 @@ class JobInputs:
         None,
         "The forward runs under torch.autocast over 16-bit weights: eager attention's softmax and torch's loss on "
         "the logits keep fp32 copies (default: the config's torch_autocast.enabled).",
+    )
+    deepspeed_version: str | None = _said(
+        None,
+        "The DeepSpeed release the job runs (default: 0.19.8, the release zerotune models). Before 0.19.4 a "
+        "stage-3 model built outside zero.Init keeps every gathered Linear weight from forward to backward.",
     )
     hf: bool = _said(False, 'The config goes through HF Trainer: fill "auto" values as HF does.')
     margin: float | None = _said(

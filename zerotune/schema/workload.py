@@ -82,6 +82,12 @@ class Workload(BaseModel):
         "with a ZeRO-3 config; a model built before deepspeed.initialize is moved to the GPU whole and "
         "partitioned there (its 16-bit weights must fit one GPU at init)",
     )
+    deepspeed_version: str | None = Field(
+        None,
+        description="the DeepSpeed release the job runs (null: 0.19.8, the release zerotune models); before "
+        "0.19.4 a model built outside zero.Init runs torch's linear, whose saved weight views keep stage 3's "
+        "gathered weights until backward",
+    )
     omp_threads: int | None = Field(
         None,
         gt=0,
