@@ -55,7 +55,7 @@ def command(
         world_size=world_size, gpu_memory=gpu_memory, seq_len=seq_len, micro_batch=micro_batch, grad_accum=grad_accum,
         precision=precision, optimizer=optimizer, checkpointing=checkpointing,
         checkpoint_in_cpu=checkpoint_in_cpu, margin=margin,
-        **o.workload_said(attention, liger, cross_entropy, swiglu, rmsnorm, rotary, packing, activation_offloading, zero_init, moe_impl, omp_threads, autocast, deepspeed_version),
+        **o.workload_said(locals()),
     )  # fmt: skip
     job = resolve_job(inputs)
     rows = compare_options(job.spec, job.workload, hardware=job.hardware, safety_margin=job.margin)

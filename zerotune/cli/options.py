@@ -113,9 +113,10 @@ def job_said(values: dict[str, object]) -> dict[str, object]:
     return said
 
 
-def workload_said(*values: object) -> dict[str, object]:
-    """The workload options given (in WORKLOAD_OPTIONS order) as JobInputs keyword arguments, None left out."""
-    return {name: v for name, v in zip(WORKLOAD_OPTIONS, values, strict=True) if v is not None}
+def workload_said(values: dict[str, object]) -> dict[str, object]:
+    """The workload options a command was given (its parameters named as the WORKLOAD_OPTIONS, e.g. its
+    locals()) as JobInputs keyword arguments, None left out."""
+    return {name: v for name in WORKLOAD_OPTIONS if (v := values.get(name)) is not None}
 TrainingArgs = Annotated[
     str | None,
     typer.Option(help="A TrainingArguments / TRL config file (JSON or YAML) to read the job from."),

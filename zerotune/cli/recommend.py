@@ -103,7 +103,7 @@ def command(
         raise InputError("--hf-keep-tuned only applies with --hf", hint="add --hf")
     outputs = Outputs(out, hjson, accelerate_config, force)
     outputs.check(hf)
-    said = JobInputs(**o.workload_said(attention, liger, cross_entropy, swiglu, rmsnorm, rotary, packing, activation_offloading, zero_init, moe_impl, omp_threads, autocast, deepspeed_version))  # type: ignore[arg-type]
+    said = JobInputs(**o.workload_said(locals()))  # type: ignore[arg-type]
     said.check()
     job = search_job(
         model, profile=profile, gpus=gpus, nodes=nodes, seq_len=seq_len, global_batch_tokens=global_batch_tokens,

@@ -96,7 +96,7 @@ def command(
             raise InputError(f"{flag} must be positive, got {value:g}")
     from zerotune.schema.job import JobInputs
 
-    said = o.workload_said(attention, liger, cross_entropy, swiglu, rmsnorm, rotary, packing, activation_offloading, zero_init, moe_impl, omp_threads, autocast, deepspeed_version)
+    said = o.workload_said(locals())
     JobInputs(**said).check()  # type: ignore[arg-type]
     selected, ignored = _split(select), _split(ignore)
     bad = registry.unknown_selectors((selected or []) + (ignored or []))

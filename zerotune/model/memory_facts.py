@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 from zerotune.dsconfig.settings import ZeroSettings
 from zerotune.model.activations import (
@@ -30,7 +30,6 @@ class Facts:
     tensors: tuple[int, ...]
     layer_tensors: tuple[tuple[int, ...], ...]
     """Per layer (forward order): its tensors."""
-    layer_is_block: tuple[bool, ...]
     layer_kinds: tuple[str, ...]
     """Per layer (forward order): its LayerSpec kind (embedding, block, norm, head, ...)."""
     num_layers: int
@@ -44,6 +43,11 @@ class Facts:
     rms_norm: bool
     attention_width: int | None = None
     """MLA: elements per token its attention keeps (ModelSpec.attention_activation_width)."""
+
+    @cached_property
+    def layer_is_block(self) -> tuple[bool, ...]:
+        """Per layer (forward order): whether it is a transformer block (its kind ends in "block")."""
+        return tuple(kind.endswith("block") for kind in self.layer_kinds)
 
 
 RMSNORM_FAMILIES = (
@@ -78,7 +82,6 @@ def facts_of(model: ModelSpec) -> Facts:
             largest_tensor=model.largest_tensor,
             tensors=tuple(t for layer in model.layers for t in layer.tensors),
             layer_tensors=tuple(tuple(layer.tensors) for layer in model.layers),
-            layer_is_block=tuple(layer.kind.endswith("block") for layer in model.layers),
             layer_kinds=tuple(layer.kind for layer in model.layers),
             num_layers=len(model.blocks) or model.num_layers,
             hidden=model.hidden_size,
