@@ -133,13 +133,15 @@ def measure(held: list[Held]) -> list[dict[str, Any]]:
             time_cap_s=TIME_CAP_S,
             logged_steps=1,
             max_micro_steps=None,
+            pace=True,  # the machine's speed during the held-out run, as the design runs record it
         )
         run = json.loads(result.model_dump_json())
         run["name"], run["job"] = h.name, h.job
         runs.append(run)
         print(
             f"# [{i}/{len(held)}] {h.name}: {run['step_time_s']:.3f} s "
-            f"+-{run['step_time_precision_pct'] or float('nan'):.1f}% ({time.monotonic() - t0:.0f} s wall)",
+            f"+-{run['step_time_precision_pct'] or float('nan'):.1f}% ({time.monotonic() - t0:.0f} s wall, "
+            f"pace {' / '.join(f'{p * 1e3:.2f}' for p in run.get('pace_s') or [])} ms)",
             file=sys.stderr,
         )
     return runs

@@ -46,6 +46,7 @@ def test_calibrate_writes_a_profile_predict_then_uses(tmp_path) -> None:
     assert data["decision"] and data["expected_error_pct"] is not None
     assert cal.expected_error_pct == pytest.approx(data["expected_error_pct"])
     assert all("cores busy with other processes" in line for line in cal.runs)
+    assert all(" ms)" in line.split("(pace ")[1] for line in cal.runs)  # the speed reference, before and after
     assert len(profile.compute.shape_points["fp32"]) == 3
     assert load_profile(str(tmp_path / "cache" / "calibrated.yaml")) == profile
     # predict, with no --profile, now uses the calibration and says so

@@ -21,6 +21,8 @@ from zerotune.calibrate.check import (
     is_spike,
     load_decided,
     needs_repeat,
+    pace_reference,
+    pace_slowdown,
 )
 from zerotune.calibrate.crossval import leverages
 from zerotune.calibrate.fit import fit
@@ -54,7 +56,9 @@ def test_the_free_optimizer_is_impossible() -> None:
     free = stub(core)
     truth = _with_memory(4e10)
     for run in runs:  # the step times without any optimizer cost
-        run["step_time_s"] = free(run, truth.model_copy(update={"overheads": truth.overheads.model_copy(update=TRUE)}))
+        run["step_time_s"] = free(
+            run, truth.model_copy(update={"overheads": truth.overheads.model_copy(update=TRUE)})
+        )
     result = fit(runs, truth, names=names, predictor=free)
     rate = result.profile.overheads.optimizer_params_per_s
     assert rate == pytest.approx(4e10 / 28)  # the fastest rate memory allows, never 1e30
@@ -178,7 +182,9 @@ def test_leverages_sum_to_the_number_of_fitted_terms() -> None:
     assert all(0.0 <= h <= 1.0 + 1e-9 for h in lev)
 
 
-def _check(held: dict[str, float], probe: dict[str, float], share: float | None = 0.0, noise: float = 1.0) -> SelfCheck:
+def _check(
+    held: dict[str, float], probe: dict[str, float], share: float | None = 0.0, noise: float = 1.0
+) -> SelfCheck:
     return SelfCheck(held_out_pct=held, probe_pct=probe, noise_pct=noise, foreign_share=share)
 
 
@@ -191,11 +197,29 @@ def _check(held: dict[str, float], probe: dict[str, float], share: float | None 
         (_check({"a": 4, "b": -6}, {"a": 30, "b": 20}, share=0.3), False, "quiet the machine"),
         (_check({}, {}), False, "could be held out"),
         # held-out 5%, but launches differ by 12% on this machine now: ~13% RMS implies a ~10.4% MAPE
-        (SelfCheck(held_out_pct={"a": 4, "b": -6}, probe_pct={"a": 30, "b": 20}, noise_pct=1.0, foreign_share=0.0,
-                   launch_pct=12.0), False, "launches of a job differ by +-12.0%"),  # fmt: skip
+        (
+            SelfCheck(
+                held_out_pct={"a": 4, "b": -6},
+                probe_pct={"a": 30, "b": 20},
+                noise_pct=1.0,
+                foreign_share=0.0,
+                launch_pct=12.0,
+            ),
+            False,
+            "launches of a job differ by +-12.0%",
+        ),  # fmt: skip
         # launches alone +-14% (a ~11% MAPE): more repeats cannot help, only a quieter machine
-        (SelfCheck(held_out_pct={"a": 4, "b": -6}, probe_pct={"a": 30, "b": 20}, noise_pct=1.0, foreign_share=0.0,
-                   launch_pct=14.0), False, "differ by +-14.0%"),  # fmt: skip
+        (
+            SelfCheck(
+                held_out_pct={"a": 4, "b": -6},
+                probe_pct={"a": 30, "b": 20},
+                noise_pct=1.0,
+                foreign_share=0.0,
+                launch_pct=14.0,
+            ),
+            False,
+            "differ by +-14.0%",
+        ),  # fmt: skip
     ],
 )
 def test_cache_decision(check: SelfCheck, cache: bool, words: str) -> None:
@@ -292,8 +316,34 @@ def test_spikes_and_repeats() -> None:
     assert "+-9.0%" in needs_repeat(noisy, 2, 5.0)
     assert "fewer than 3 steps" in needs_repeat({"load": None}, 2, 5.0)
     assert calmer(busy, quiet, 2) is quiet and calmer(quiet, busy, 2) is quiet
-    assert calmer(noisy, quiet, 2) is quiet and calmer(quiet, noisy, 2) is quiet  # no spike: the better median
+    assert (
+        calmer(noisy, quiet, 2) is quiet and calmer(quiet, noisy, 2) is quiet
+    )  # no spike: the better median
     assert foreign_share([quiet, busy, quiet], 2) == pytest.approx(0.01)
+
+
+def test_a_run_the_machine_ran_slow_for_is_measured_again() -> None:
+    """The speed reference (pace) catches a slow phase the load meter cannot see (no foreign CPU time):
+    a run whose pace is over PACE_SPIKE above the calibration's median is repeated, and of two
+    attempts the faster machine's is kept; reading noise of the quiet testbed (+5.9% at most) is not."""
+    quiet = [
+        {"load": {"foreign_cores": 0.0}, "step_time_precision_pct": 1.5, "pace_s": [p, p]}
+        for p in (3.7e-3, 3.8e-3, 3.75e-3)
+    ]
+    jitter = {"load": {"foreign_cores": 0.0}, "step_time_precision_pct": 1.5, "pace_s": [3.81e-3, 4.09e-3]}
+    slow = {"load": {"foreign_cores": 0.0}, "step_time_precision_pct": 1.5, "pace_s": [4.5e-3, 4.6e-3]}
+    reference = pace_reference([*quiet, slow])
+    assert reference == pytest.approx(3.775e-3)  # the median: one slow run does not move it far
+    assert pace_slowdown(slow, reference) == pytest.approx(4.55 / 3.775 - 1)
+    assert "21% slower" in needs_repeat(slow, 2, 5.0, reference)
+    assert needs_repeat(jitter, 2, 5.0, reference) is None
+    assert needs_repeat(slow, 2, 5.0, None) is None  # no pace read (GPU, old runs): no rule
+    assert (
+        calmer(slow, quiet[0], 2, reference) is quiet[0] and calmer(quiet[0], slow, 2, reference) is quiet[0]
+    )
+    # a load spike is judged by the load first, whatever the pace says
+    busy = {**quiet[0], "load": {"foreign_cores": 1.0}}
+    assert calmer(busy, slow, 2, reference) is slow
 
 
 def test_a_calibration_measured_under_load_is_not_cached() -> None:

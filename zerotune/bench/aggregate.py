@@ -193,3 +193,13 @@ def host_memory(ranks: list[dict[str, Any]]) -> dict[str, float | None] | None:
         values = [f.get(key) for f in found]
         out[key] = None if any(v is None for v in values) else statistics.median(values)
     return out
+
+
+def pace(ranks: list[dict[str, Any]]) -> list[float] | None:
+    """The speed reference read before and after the steps (zerotune/bench/step_worker.py _Pace): the
+    slowest rank's reading at each end (the ranks read it at once, as a step's ranks run), None where
+    any rank read none."""
+    found = [r.get("pace_s") for r in ranks]
+    if not found or any(not f for f in found):
+        return None
+    return [max(values) for values in zip(*found, strict=True)]

@@ -194,6 +194,11 @@ class BenchResult(_Model):
         description="calibrate: host memory rates measured by every rank after its steps (median over the "
         "ranks; zerotune/probe/compute.py measure_host_memory)",
     )
+    pace_s: list[float] | None = Field(
+        None,
+        description="calibrate: seconds of a fixed matmul read by every rank at once just before and just after "
+        "the measured steps (slowest rank; zerotune/probe/compute.py measure_pace)",
+    )
     losses: dict[str, list[float]] = Field(description="stage -> rank 0 loss per optimizer step")
     parity: Parity | None = None
     prediction: Prediction | None = None

@@ -99,6 +99,7 @@ def run_bench(
     keep_precision: bool = False,
     cpu_adam: bool = False,
     host_memory_s: float | None = None,
+    pace: bool = False,
     log: str | None = None,
 ) -> BenchResult:
     """Measure real DeepSpeed steps of a proxy of `model` under `config` (see module doc).
@@ -118,7 +119,8 @@ def run_bench(
     memory model's timeline; `keep_precision` keeps a bf16 config in bf16 on CPU (slow: keep the
     proxy's sequence short); `cpu_adam` runs DeepSpeedCPUAdam under optimizer offload on CPU too.
     `host_memory_s` (calibrate, CPU): every rank also measures the host memory rates for about this
-    long after its steps, so the rates are as fresh as the steps. `log`: rank 0's output (DeepSpeed's
+    long after its steps, so the rates are as fresh as the steps; `pace` (calibrate, CPU): the ranks time a
+    fixed matmul just before and just after the measured steps (BenchResult.pace_s). `log`: rank 0's output (DeepSpeed's
     wall_clock_breakdown timers, headed by the job it ran) is copied there, for `calibrate --from-log`;
     with `compare_stages`, the config's own stage's.
     """
@@ -183,6 +185,7 @@ def run_bench(
             "activation_checkpointing": activation_checkpointing,
             "memory_phases": memory_phases,
             "host_memory": host_memory_s,
+            "pace": pace,
         }
 
     say = progress or (lambda message: None)
@@ -250,6 +253,7 @@ def run_bench(
         optimizer_class=rank0.get("optimizer_class"),
         memory_phases=aggregate.memory_phases(ranks),
         host_memory=aggregate.host_memory(ranks),
+        pace_s=aggregate.pace(ranks),
         losses={str(s): runs[s][0]["losses"] for s in sorted(runs)},
         parity=parity(runs) if compare_stages else None,
         notes=notes,

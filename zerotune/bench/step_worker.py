@@ -147,7 +147,9 @@ def _run(task: dict[str, Any], rank: int, world: int) -> dict[str, Any]:
     opt = task["optimizer"]
     _report(task, rank, "deepspeed.initialize")
     if opt is None:  # DeepSpeed builds the config's optimizer (DeepSpeedCPUAdam under offload)
-        engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=task["config"])
+        engine, *_ = deepspeed.initialize(
+            model=model, model_parameters=model.parameters(), config=task["config"]
+        )
     else:
         optimizer = getattr(torch.optim, _OPTIMIZERS[opt["type"]])(model.parameters(), **opt["params"])
         engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=task["config"])
@@ -208,12 +210,17 @@ def _run(task: dict[str, Any], rank: int, world: int) -> dict[str, Any]:
     for _ in range(warmup):
         one_step(step, False, f"warm-up step {step + 1}/{warmup}")
         step += 1
+    pace = _Pace(torch, tdist) if task.get("pace") and not cuda else None
+    if pace is not None:
+        pace.read()
     # Measured steps: repeated until the median is known to the asked precision (or a cap). Every
     # rank keeps the slowest rank's time (a synchronous step ends when its last rank does), so all
     # ranks take the same decision and run the same number of steps.
     measured_s = 0.0
     while True:
-        elapsed = one_step(step, False, f"measured step {len(step_times) + 1} (median {stop.describe(step_times)})")
+        elapsed = one_step(
+            step, False, f"measured step {len(step_times) + 1} (median {stop.describe(step_times)})"
+        )
         step += 1
         slowest = torch.tensor([elapsed], dtype=torch.float64)
         tdist.all_reduce(slowest, op=tdist.ReduceOp.MAX)
@@ -223,6 +230,8 @@ def _run(task: dict[str, Any], rank: int, world: int) -> dict[str, Any]:
         timer_rows.append({k: timers.get(k, 0.0) / 1e3 for k in ("fwd", "bwd", "step")})
         if stop.done(step_times, measured_s):
             break
+    if pace is not None:
+        pace.read()
     for i in range(logged_n):
         elapsed = one_step(step, True, f"logged step {i + 1}/{logged_n} (comms logged)")
         step += 1
@@ -270,7 +279,24 @@ def _run(task: dict[str, Any], rank: int, world: int) -> dict[str, Any]:
         "torch_version": torch.__version__,
         "stop_reason": stop.reason,
         "memory_phases": memory_phases,
+        "pace_s": pace.readings if pace is not None else None,
     }
+
+
+class _Pace:
+    """The speed reference of calibrate's design runs (zerotune/probe/compute.py measure_pace), read by
+    every rank at once just before the measured steps and just after them, so that it shares their
+    machine: both ranks busy, whatever else the host ran then."""
+
+    def __init__(self, torch: Any, tdist: Any) -> None:
+        self.torch, self.tdist = torch, tdist
+        self.readings: list[float] = []
+
+    def read(self) -> None:
+        from zerotune.probe.compute import measure_pace
+
+        self.tdist.barrier()
+        self.readings.append(measure_pace(self.torch))
 
 
 def _optimizer_class(engine: Any) -> str | None:

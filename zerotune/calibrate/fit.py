@@ -208,6 +208,9 @@ def run_line(label: str, run: Run) -> str:
         if load.get("foreign_cores") is not None and load.get("loadavg_1m") is not None
         else ""
     )
+    pace = run.get("pace_s")
+    if pace:  # the speed reference beside the steps (check.py PACE_SPIKE)
+        busy += f" (pace {' / '.join(f'{p * 1e3:.2f}' for p in pace)} ms)"
     return (
         f"{label}: stage {zero.get('stage', 0)}, reduce bucket {zero.get('reduce_bucket_size', 'default')}, "
         f"overlap {zero.get('overlap_comm', False)}, mb {proxy['micro_batch']}, seq {proxy['seq_len']}, "

@@ -33,8 +33,10 @@ from zerotune.calibrate.check import (
     Decision,
     calmer,
     decide,
+    is_slow,
     load_decided,
     needs_repeat,
+    pace_reference,
 )
 from zerotune.calibrate.design import DesignRun, design
 from zerotune.calibrate.fit import Fit, fit
@@ -252,58 +254,62 @@ def calibrate(options: CalibrateOptions, say: Say = lambda _: None) -> Outcome:
     total = len(plan) * options.repeats
     # one set of ranks for every run (zerotune/calibrate/pool.py): start-up and imports paid once
     with RankPool(nproc, kind, _left(deadline), say) as pool:
-        for i, run in enumerate([r for _ in range(options.repeats) for r in plan], 1):
+
+        def measure(run: DesignRun, index: int, label: str) -> dict[str, Any]:
+            meter = LoadMeter()
+            t_run = time.monotonic()
+            result = run_bench(
+                model,
+                run.config(),
+                layers=options.layers,
+                width_scale=min(1.0, scale * run.width_factor),
+                seq_len=run.seq_len,
+                micro_batch=run.micro_batch,
+                grad_accum=run.grad_accum,
+                nproc=nproc,
+                device=kind,
+                warmup=1,
+                steps=3,
+                max_steps=options.max_steps,
+                precision=options.precision,
+                time_cap_s=options.time_cap_s,
+                logged_steps=LOGGED_STEPS,
+                timeout_s=_left(deadline),
+                max_micro_steps=None,
+                fault=options.fault if index == 1 else None,
+                progress=lambda message: say(f"{label}: {message}"),
+                host_memory_s=HOST_MEMORY_S if kind == "cpu" and index <= HOST_MEMORY_RUNS else None,
+                pace=kind == "cpu",
+                launcher=pool.launcher,
+            )
+            record = json.loads(result.model_dump_json())
+            record["load"] = {**meter.stop(pool.cpu_s).as_dict(), "cores": n_cores or None}
+            record["wall_s"] = time.monotonic() - t_run  # launch, engine init, steps, host memory
+            return record
+
+        def again(record: dict[str, Any], run: DesignRun, index: int, label: str, why: str) -> dict[str, Any]:
+            """Measure `run` once more and keep the calmer attempt (check.py calmer)."""
+            say(f"{label}: measuring again: {why}")
+            other = measure(run, index, label)
+            kept = calmer(record, other, n_cores, pace_reference([*runs, record, other]))
+            dropped = other if kept is record else record
+            kept["discarded"] = {
+                k: dropped.get(k) for k in ("step_times_s", "step_time_s", "load", "wall_s", "pace_s")
+            }
+            notes.append(f"{run.name}: measured twice ({why}); the calmer attempt kept")
+            return kept
+
+        plan_runs = [r for _ in range(options.repeats) for r in plan]
+        for i, run in enumerate(plan_runs, 1):
             label = f"run {i}/{total} {run.name}"
             say(f"{label}: {run.describe()}")
-
-            def measure(
-                label: str = label, run: DesignRun = run, first: bool = i == 1, index: int = i
-            ) -> dict[str, Any]:
-                meter = LoadMeter()
-                t_run = time.monotonic()
-                result = run_bench(
-                    model,
-                    run.config(),
-                    layers=options.layers,
-                    width_scale=min(1.0, scale * run.width_factor),
-                    seq_len=run.seq_len,
-                    micro_batch=run.micro_batch,
-                    grad_accum=run.grad_accum,
-                    nproc=nproc,
-                    device=kind,
-                    warmup=1,
-                    steps=3,
-                    max_steps=options.max_steps,
-                    precision=options.precision,
-                    time_cap_s=options.time_cap_s,
-                    logged_steps=LOGGED_STEPS,
-                    timeout_s=_left(deadline),
-                    max_micro_steps=None,
-                    fault=options.fault if first else None,
-                    progress=lambda message: say(f"{label}: {message}"),
-                    host_memory_s=HOST_MEMORY_S if kind == "cpu" and index <= HOST_MEMORY_RUNS else None,
-                    launcher=pool.launcher,
-                )
-                record = json.loads(result.model_dump_json())
-                record["load"] = {**meter.stop(pool.cpu_s).as_dict(), "cores": n_cores or None}
-                record["wall_s"] = time.monotonic() - t_run  # launch, engine init, steps, host memory
-                return record
-
             t0 = time.monotonic()
-            record = measure()
-            why = needs_repeat(record, n_cores, REPEAT_PRECISION_PCT)
+            record = measure(run, i, label)
+            why = needs_repeat(record, n_cores, REPEAT_PRECISION_PCT, pace_reference([*runs, record]))
             took = time.monotonic() - t0
             # a repeat only while the runs still to come (at this run's pace) fit the budget after it
             if why and time.monotonic() - start + took * (1 + total - i) <= options.budget_s:
-                say(f"{label}: measuring again: {why}")
-                again = measure()
-                kept = calmer(record, again, n_cores)
-                dropped = again if kept is record else record
-                kept["discarded"] = {
-                    k: dropped.get(k) for k in ("step_times_s", "step_time_s", "load", "wall_s")
-                }
-                record = kept
-                notes.append(f"{run.name}: measured twice ({why}); the calmer attempt kept")
+                record = again(record, run, i, label, why)
             elif why:
                 notes.append(f"{run.name}: {why}; not measured again (time budget {options.budget_s:g} s)")
             runs.append(record)
@@ -316,6 +322,21 @@ def calibrate(options: CalibrateOptions, say: Say = lambda _: None) -> Outcome:
                 )
                 say(f"stopping after run {i}/{total}: the machine is busy with other processes")
                 break
+        else:
+            # the first runs were judged against few others: once every pace is known, a run the machine
+            # ran slow for (check.py is_slow) and not yet measured twice gets its second attempt
+            reference = pace_reference(runs)
+            for k, record in enumerate(runs):
+                run, label = plan_runs[k], f"run {k + 1}/{total} {plan_runs[k].name}"
+                if "discarded" in record or not is_slow(record, reference):
+                    continue
+                why = needs_repeat(record, n_cores, REPEAT_PRECISION_PCT, reference) or ""
+                if time.monotonic() - start + float(record["wall_s"]) <= options.budget_s:
+                    runs[k] = again(record, run, k + 1, label, why)
+                else:
+                    notes.append(
+                        f"{run.name}: {why}; not measured again (time budget {options.budget_s:g} s)"
+                    )
     timings["design_runs"] = time.monotonic() - start - timings["probe"]
     say("fitting")
     t_fit = time.monotonic()

@@ -217,6 +217,22 @@ def measure_host_memory(
     }
 
 
+PACE_SHAPE = (CPU_DEFAULT.seq, CPU_DEFAULT.hidden, CPU_DEFAULT.ffn)
+"""(m, k, n) of the pace matmul: the CPU proxy block's up-projection (256 tokens x 512 -> 1376), the
+kind of product a design run's steps spend their time in, ~3.7 ms per call on one thread of the testbed."""
+PACE_CALLS = 9
+"""Calls timed per pace reading; the median of nine is not moved by a few disturbed calls."""
+
+
+def measure_pace(torch: Any, calls: int = PACE_CALLS) -> float:
+    """Median seconds of one fixed fp32 matmul on this process's torch threads (PACE_SHAPE): a speed
+    reference timed next to a run's steps, so a run measured while the machine ran slower than usual
+    (a shared VM's neighbours, a load spike) can be told from a slow configuration."""
+    m, k, n = PACE_SHAPE
+    a, b = torch.randn(m, k), torch.randn(k, n)
+    return statistics.median(_timed(torch, torch.device("cpu"), lambda: a @ b, 1, 60.0, max_iters=calls))
+
+
 def measure_cpu_adam(torch: Any, params: int = 8_000_000, budget_s: float = 2.0) -> dict[str, Any]:
     """Parameters per second of a ZeRO optimizer step on the host, shaped as DeepSpeed runs it: one
     flat fp32 partition (larger than the caches, so memory-bound like a real partition), the global
