@@ -188,7 +188,9 @@ def non_physical(profile: dict[str, Any]) -> list[str]:
         if not math.isfinite(x) or x < 0 or (x == 0 and not zero_ok):
             bad.append(f"{path}={x}")
     rate = (profile.get("overheads") or {}).get("optimizer_params_per_s")
-    floor = optimizer_floor(HardwareProfile.model_validate(profile), "fp32" if not profile.get("gpu") else "bf16")
+    floor = optimizer_floor(
+        HardwareProfile.model_validate(profile), "fp32" if not profile.get("gpu") else "bf16"
+    )
     if rate is not None and (not 0 < rate < math.inf or (floor and rate > (1 + 1e-6) / floor[0])):
         bad.append(f"overheads.optimizer_params_per_s={rate:.3g} (memory allows {1 / floor[0]:.3g})" if floor
                    else f"overheads.optimizer_params_per_s={rate}")  # fmt: skip
@@ -200,7 +202,9 @@ def one_round(
 ) -> dict[str, Any]:
     fitted_from_log = None
     with tempfile.TemporaryDirectory(prefix="zerotune-stability-") as tmp:
-        print(f"# round {i}: calibrate{' under a one-core background load' if loaded else ''}", file=sys.stderr)
+        print(
+            f"# round {i}: calibrate{' under a one-core background load' if loaded else ''}", file=sys.stderr
+        )
         cal = calibrate(Path(tmp), loaded)
         if from_log_run and cal["base"]:
             print(f"# round {i}: bench {from_log_run} --log, then calibrate --from-log", file=sys.stderr)
@@ -238,7 +242,11 @@ def one_round(
     row["covered"] = expected is not None and row["held_out_mape_pct"] <= expected
     row["held_out"] = [{"name": r["name"], "measured_s": r["step_time_s"],
                         "precision_pct": r.get("step_time_precision_pct"),
-                        "predicted_s": predict_run(r, calibrated)} for r in runs]  # fmt: skip
+                        "predicted_s": predict_run(r, calibrated), "pace_s": r.get("pace_s")} for r in runs]  # fmt: skip
+    if cal["saved"]:  # the machine's speed beside each design run (zerotune/calibrate/check.py PACE_SPIKE)
+        saved = cal["saved"]
+        row["design_pace_s"] = [[name, run.get("pace_s"), (run.get("discarded") or {}).get("pace_s")]
+                                for name, run in zip(saved["names"], saved["runs"], strict=True)]  # fmt: skip
     return row
 
 
@@ -301,7 +309,9 @@ def launch_spread(rows: list[dict[str, Any]]) -> float | None:
 def from_log_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Issue 22's CPU acceptance over the rounds with both numbers: the median from-log held-out MAPE
     within FROM_LOG_WITHIN_PTS of calibrate's median; the rounds within it counted too."""
-    both = [r for r in rows if r.get("from_log_mape_pct") is not None and r.get("held_out_mape_pct") is not None]
+    both = [
+        r for r in rows if r.get("from_log_mape_pct") is not None and r.get("held_out_mape_pct") is not None
+    ]
     if not both:
         return {"rounds": 0, "meets": None}
     from_log = statistics.median(r["from_log_mape_pct"] for r in both)
@@ -311,7 +321,9 @@ def from_log_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "from_log_mape_median_pct": from_log,
         "calibrate_mape_median_pct": own,
         "median_gap_pts": from_log - own,
-        "rounds_within": sum(1 for r in both if r["from_log_mape_pct"] - r["held_out_mape_pct"] <= FROM_LOG_WITHIN_PTS),
+        "rounds_within": sum(
+            1 for r in both if r["from_log_mape_pct"] - r["held_out_mape_pct"] <= FROM_LOG_WITHIN_PTS
+        ),
         "meets": from_log - own <= FROM_LOG_WITHIN_PTS,
     }
 
@@ -319,14 +331,22 @@ def from_log_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=10)
-    parser.add_argument("--load", choices=("alternate", "none", "all"), default="alternate",
-                        help="background one-core load during calibrate: every 2nd round (default), none, all")
+    parser.add_argument(
+        "--load",
+        choices=("alternate", "none", "all"),
+        default="alternate",
+        help="background one-core load during calibrate: every 2nd round (default), none, all",
+    )
     parser.add_argument("--quick", action="store_true", help="the 3-config smoke set as held-out runs")
     parser.add_argument("--set", choices=sorted(SETS), default=None, help="held-out set (default: stability)")
     parser.add_argument("--keep", default=str(KEEP), help="folder for each round's raw runs ('' for none)")
     parser.add_argument("--out", default=str(OUT), help=f"results JSON (default {OUT.relative_to(REPO)})")
-    parser.add_argument("--from-log-run", default=FROM_LOG_RUN, choices=[*(r.name for r in design()), "none"],
-                        help=f"design run benched for calibrate --from-log (default {FROM_LOG_RUN}; none: skip)")
+    parser.add_argument(
+        "--from-log-run",
+        default=FROM_LOG_RUN,
+        choices=[*(r.name for r in design()), "none"],
+        help=f"design run benched for calibrate --from-log (default {FROM_LOG_RUN}; none: skip)",
+    )
     args = parser.parse_args(argv)  # fmt: skip
     held_set = args.set or ("smoke" if args.quick else "stability")
     rows = []
@@ -352,7 +372,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"# {len(rows)} rounds, {result['cached']} cached (median held-out MAPE {_f(cached, '.1f', '%')}), "
           f"{time.monotonic() - t0:.0f} s", file=sys.stderr)  # fmt: skip
     Path(args.out).write_text(
-        json.dumps({"held_out_set": held_set, "load": args.load, "rows": rows, "summary": result}, indent=1) + "\n"
+        json.dumps({"held_out_set": held_set, "load": args.load, "rows": rows, "summary": result}, indent=1)
+        + "\n"
     )
     print(f"# results written to {args.out}", file=sys.stderr)
     return 0 if all(result["meets"].values()) else 1
