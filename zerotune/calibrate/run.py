@@ -300,6 +300,7 @@ def calibrate(options: CalibrateOptions, say: Say = lambda _: None) -> Outcome:
             return kept
 
         plan_runs = [r for _ in range(options.repeats) for r in plan]
+        unrepeated: set[int] = set()  # runs the budget left with one attempt, already said in the notes
         for i, run in enumerate(plan_runs, 1):
             label = f"run {i}/{total} {run.name}"
             say(f"{label}: {run.describe()}")
@@ -312,6 +313,7 @@ def calibrate(options: CalibrateOptions, say: Say = lambda _: None) -> Outcome:
                 record = again(record, run, i, label, why)
             elif why:
                 notes.append(f"{run.name}: {why}; not measured again (time budget {options.budget_s:g} s)")
+                unrepeated.add(i - 1)
             runs.append(record)
             names.append(run.name)
             if not options.complete and load_decided(runs, total, n_cores) and i < total:
@@ -333,7 +335,7 @@ def calibrate(options: CalibrateOptions, say: Say = lambda _: None) -> Outcome:
                 why = needs_repeat(record, n_cores, REPEAT_PRECISION_PCT, reference) or ""
                 if time.monotonic() - start + float(record["wall_s"]) <= options.budget_s:
                     runs[k] = again(record, run, k + 1, label, why)
-                else:
+                elif k not in unrepeated:
                     notes.append(
                         f"{run.name}: {why}; not measured again (time budget {options.budget_s:g} s)"
                     )
