@@ -300,7 +300,7 @@ def calibrate(options: CalibrateOptions, say: Say = lambda _: None) -> Outcome:
             return kept
 
         plan_runs = [r for _ in range(options.repeats) for r in plan]
-        unrepeated: set[int] = set()  # runs the budget left with one attempt, already said in the notes
+        unrepeated: dict[int, str] = {}  # run -> the note that the budget left it with one attempt
         for i, run in enumerate(plan_runs, 1):
             label = f"run {i}/{total} {run.name}"
             say(f"{label}: {run.describe()}")
@@ -312,8 +312,10 @@ def calibrate(options: CalibrateOptions, say: Say = lambda _: None) -> Outcome:
             if why and time.monotonic() - start + took * (1 + total - i) <= options.budget_s:
                 record = again(record, run, i, label, why)
             elif why:
-                notes.append(f"{run.name}: {why}; not measured again (time budget {options.budget_s:g} s)")
-                unrepeated.add(i - 1)
+                unrepeated[i - 1] = (
+                    f"{run.name}: {why}; not measured again (time budget {options.budget_s:g} s)"
+                )
+                notes.append(unrepeated[i - 1])
             runs.append(record)
             names.append(run.name)
             if not options.complete and load_decided(runs, total, n_cores) and i < total:
@@ -334,6 +336,8 @@ def calibrate(options: CalibrateOptions, say: Say = lambda _: None) -> Outcome:
                     continue
                 why = needs_repeat(record, n_cores, REPEAT_PRECISION_PCT, reference) or ""
                 if time.monotonic() - start + float(record["wall_s"]) <= options.budget_s:
+                    if k in unrepeated:
+                        notes.remove(unrepeated[k])
                     runs[k] = again(record, run, k + 1, label, why)
                 elif k not in unrepeated:
                     notes.append(
