@@ -216,7 +216,7 @@ class AccelerateConfig(Rule):
     code = "ZT006"
     name = "accelerate-config"
     severity = Severity.INFO
-    message = "an HF accelerate config: {detail}"
+    message = "{detail}"
 
     def check(self, ctx: Context) -> Iterator[Diagnostic]:
         from zerotune.dsconfig import accelerate
@@ -226,11 +226,14 @@ class AccelerateConfig(Rule):
             return
         named = accelerate.config_file(raw)
         if not accelerate.uses_deepspeed(raw):
-            detail = f"distributed_type {raw.get('distributed_type')} does not use DeepSpeed; nothing to check"
+            kind = raw.get("distributed_type")
+            detail = f"an HF accelerate config with distributed_type {kind}: DeepSpeed is not used, nothing to check"
+        elif ctx.loaded.accelerate_path is not None:
+            detail = f"read through the accelerate config {ctx.loaded.accelerate_path} (its deepspeed_config_file)"
         elif named is not None:
-            detail = f"its DeepSpeed config is {named} (from the launch folder): validate that file with --hf"
+            detail = f"an HF accelerate config whose DeepSpeed config {named} is not found from here: run from the launch folder"
         else:
-            detail = "checked as the DeepSpeed config accelerate builds from its deepspeed_config options"
+            detail = "an HF accelerate config: checked as the DeepSpeed config accelerate builds from its options"
         yield self.emit(ctx, "", detail=detail)
 
 
