@@ -245,7 +245,10 @@ def _fill_auto(config, inputs, spec, hardware, recorded, record, world_size, not
     prec = inputs.precision or (recorded.precision if recorded else None)
     if prec is None:
         prec = hardware.default_precision
-        notices.append(f'precision "auto": assumed {prec} (HF --{prec}); pass --precision to change')
+        # said only where the config leaves the precision to HF: an explicit fp16/bf16 section (an
+        # accelerate config's mixed_precision) does not take this value
+        if any(hf_auto.has(config, p) and hf_auto.get(config, p) == "auto" for p in ("/fp16/enabled", "/bf16/enabled")):
+            notices.append(f'precision "auto": assumed {prec} (HF --{prec}); pass --precision to change')
     mb = inputs.micro_batch or (recorded.micro_batch if recorded else 1)
     ga = inputs.grad_accum or (recorded.grad_accum if recorded else 1)
     values = hf_auto.trainer_values(spec, precision=prec, micro_batch=mb, grad_accum=ga, world_size=world_size)

@@ -1,6 +1,6 @@
 """Every rule's data fixture (tests/fixtures/lint/ZTnnn.yaml, sqlfluff style): `fail` cases must raise the rule,
 `pass` cases must not, `fix` cases must rewrite to the expected JSON. Configs are given as YAML mappings
-(dumped to JSON) or as raw `text`."""
+(dumped to JSON) or as raw `text`; `yaml: true` reads the case as a .yaml file (accelerate configs)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from zerotune.dsconfig.load import load_text
+from zerotune.dsconfig.load import load_bytes, load_text
 from zerotune.lint import registry
 from zerotune.lint.context import LintOptions
 from zerotune.lint.runner import apply_fixes, lint
@@ -29,8 +29,12 @@ def _cases() -> list:
 
 def _run(code: str, case: dict, key: str) -> tuple[list, object]:
     raw = case[key]
-    text = raw if isinstance(raw, str) else json.dumps(raw, indent=2)
-    loaded = load_text(text, "case.json")
+    if case.get("yaml"):
+        text = raw if isinstance(raw, str) else yaml.safe_dump(raw)
+        loaded = load_bytes(text.encode(), "case.yaml")
+    else:
+        text = raw if isinstance(raw, str) else json.dumps(raw, indent=2)
+        loaded = load_text(text, "case.json")
     options = LintOptions(**case.get("options", {}))
     return lint(loaded, options), loaded
 

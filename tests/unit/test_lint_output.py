@@ -61,7 +61,7 @@ def test_json_output_shape(cli) -> None:
     assert d["severity"] == "error" and d["pointer"] == "/zero_optimization/stage3_max_live_parameter"
     assert (d["line"], d["column"]) == (11, 5)
     assert by_code["ZT504"]["fix"]["applicability"] == "safe"
-    assert doc["summary"] == {"files": 2, "errors": 4, "warnings": 3, "info": 0, "fixable": 1, "fixed": 0}
+    assert doc["summary"] == {"files": 2, "errors": 4, "warnings": 2, "info": 1, "fixable": 1, "fixed": 0}
 
 
 def test_github_annotations(cli) -> None:

@@ -68,6 +68,12 @@ class LoadedConfig:
     strict_json: bool = False
     nodes: dict[str, Node] = field(default_factory=dict)
     issues: list[LoadIssue] = field(default_factory=list)
+    accelerate: dict[str, Any] | None = None
+    """The file as written when it is an HF accelerate config (dsconfig/accelerate.py); `data` is then the
+    DeepSpeed config accelerate builds from it, or None when it names a DeepSpeed file or does not use
+    DeepSpeed."""
+    accelerate_path: str | None = None
+    """The accelerate config this file was read through (it names this file as deepspeed_config_file)."""
     _line_starts: list[int] = field(default_factory=list, repr=False)
 
     def position(self, offset: int | None) -> tuple[int | None, int | None]:
@@ -116,7 +122,28 @@ def load_path(path: str | Path) -> LoadedConfig:
         except OSError as exc:
             raise InputError(f"{path}: cannot read ({exc.strerror})") from None
         name = str(path)
-    return load_bytes(raw, name)
+    loaded = load_bytes(raw, name)
+    named = _followed(loaded)
+    if named is None:
+        return loaded
+    # an accelerate config naming its DeepSpeed JSON: that file is what DeepSpeed gets (accelerate reads it
+    # from the launch folder, as here); the findings and positions are that file's
+    target = load_path(named)
+    target.accelerate = loaded.accelerate
+    target.accelerate_path = loaded.path
+    return target
+
+
+def _followed(loaded: LoadedConfig) -> str | None:
+    """The DeepSpeed file an accelerate config names, when it can be read from here."""
+    if loaded.accelerate is None:
+        return None
+    from zerotune.dsconfig import accelerate
+
+    named = accelerate.config_file(loaded.accelerate)
+    if named is None or not accelerate.uses_deepspeed(loaded.accelerate) or not is_readable_file(named):
+        return None
+    return named
 
 
 YAML_SUFFIXES = (".yaml", ".yml")
@@ -152,6 +179,13 @@ def _load_yaml(text: str, name: str) -> LoadedConfig:
         mark = getattr(exc, "problem_mark", None)
         problem = getattr(exc, "problem", None) or str(exc)
         loaded.issues.append(LoadIssue("syntax", f"not valid YAML: {problem}", "", mark.index if mark else None))
+        return loaded
+    from zerotune.dsconfig import accelerate
+
+    if accelerate.is_accelerate_config(loaded.data):
+        loaded.accelerate = loaded.data
+        usable = accelerate.uses_deepspeed(loaded.data) and accelerate.config_file(loaded.data) is None
+        loaded.data = accelerate.built_config(loaded.data) if usable else None
     return loaded
 
 
@@ -173,6 +207,17 @@ def config_data(loaded: LoadedConfig) -> dict[str, Any]:
         where = f"{path}:{line}:{col}" if line is not None else str(path)
         what = "" if issue.message.startswith("not valid") else "not valid JSON/hjson: "
         raise InputError(f"{where}: {what}{issue.message}")
+    if loaded.accelerate is not None and loaded.data is None:
+        from zerotune.dsconfig import accelerate
+
+        named = accelerate.config_file(loaded.accelerate)
+        if named is not None:
+            raise InputError(
+                f"{path} is an accelerate config whose DeepSpeed config {named} is not found from here",
+                hint="run from the launch folder, or pass --config with that file's path",
+            )
+        kind = loaded.accelerate.get("distributed_type")
+        raise InputError(f"{path} is an accelerate config with distributed_type {kind}: it does not use DeepSpeed")
     if not isinstance(loaded.data, dict):
         kind = type(loaded.data).__name__
         raise InputError(f"{path}: a DeepSpeed config must be a JSON object, got {kind}")

@@ -103,7 +103,7 @@ def check_file(
     try:
         found = lint(loaded, options, rules)
         fixed = 0
-        if fix and any(d.fix for d in found):
+        if fix and loaded.accelerate is None and any(d.fix for d in found):  # never rewrite a file not named
             new_text, fixed = apply_fixes(loaded, found)
             if fixed:
                 write_through(path, new_text)

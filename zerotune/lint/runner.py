@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 
 from zerotune.dsconfig.load import LoadedConfig, load_text
 from zerotune.lint import registry
@@ -16,7 +17,10 @@ def lint(
 ) -> list[Diagnostic]:
     """All findings for one file, sorted by position. Rules only run on what they can read:
     syntax rules always, the others only when the file parsed to an object."""
-    ctx = Context(loaded, options or LintOptions())
+    options = options or LintOptions()
+    if loaded.accelerate is not None:
+        options = replace(options, hf=True)  # accelerate fills the "auto" values it writes
+    ctx = Context(loaded, options)
     chosen = registry.all_rules() if rules is None else tuple(rules)
     parsed = loaded.parsed and isinstance(loaded.data, dict)
     found: list[Diagnostic] = []

@@ -223,9 +223,12 @@ class Zero3SaveWithoutGather(Rule):
     At stage 3, checks that 16-bit weights are gathered when the model is saved.
 
     ## Why is this bad?
-    Each rank holds only a shard. Without gathering, `save_16bit_model()` / HF `save_model()` write an
-    (almost) empty state dict: a 905 KB `pytorch_model.bin` that `from_pretrained` cannot use. You then need
-    `zero_to_fp32.py` on the full DeepSpeed checkpoint.
+    Each rank holds only a shard. Without gathering, DeepSpeed's `save_16bit_model()` saves nothing (it logs
+    "Did not save the model" and returns False, engine.py in 0.19.8), and HF `save_model()` writes no usable
+    weights file (older transformers wrote a 905 KB `pytorch_model.bin` of empty shards; current ones only
+    the sharded DeepSpeed checkpoint). You then need `zero_to_fp32.py` on that checkpoint. A training loop
+    that saves only with `save_checkpoint()` (Megatron-DeepSpeed style) is not affected: without `--hf` this
+    is a note.
 
     ## Example
     ```json
@@ -244,9 +247,7 @@ class Zero3SaveWithoutGather(Rule):
     code = "ZT805"
     name = "zero3-save-without-gather"
     severity = Severity.WARNING
-    message = (
-        "ZeRO-3 without stage3_gather_16bit_weights_on_model_save: saved 16-bit weights will be empty shards"
-    )
+    message = "ZeRO-3 without stage3_gather_16bit_weights_on_model_save: {detail}"
 
     def check(self, ctx: Context) -> Iterator[Diagnostic]:
         if ctx.stage != 3 or not ctx.stage_known:
@@ -254,7 +255,13 @@ class Zero3SaveWithoutGather(Rule):
         key, value = ctx.zero_value("gather_16bit_weights_on_model_save")
         legacy = ctx.zero.get("stage3_gather_fp16_weights_on_model_save")
         if not value and legacy is not True:
-            yield self.emit(ctx, f"/zero_optimization/{key}" if key else "/zero_optimization/stage")
+            pointer = f"/zero_optimization/{key}" if key else "/zero_optimization/stage"
+            if ctx.options.hf:
+                detail = "HF save_model() writes no usable weights file (zero_to_fp32.py needed)"
+                yield self.emit(ctx, pointer, detail=detail)
+            else:
+                detail = "save_16bit_model() saves nothing (returns False); save_checkpoint() is unaffected"
+                yield self.emit(ctx, pointer, detail=detail, severity=Severity.INFO)
 
 
 class ClippingDefault(Rule):

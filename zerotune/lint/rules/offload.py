@@ -184,7 +184,8 @@ class OffloadNeedsCpuOptimizer(Rule):
 
     ## Why is this bad?
     With a client optimizer (any torch.optim) the engine raises ZeRORuntimeException inside
-    `initialize()`. `Lamb` builds FusedLamb, a CUDA kernel that cannot step CPU tensors. Other torch
+    `initialize()`. Under HF Trainer or accelerate (`--hf`) that does not happen: accelerate swaps the
+    client optimizer for DeepSpeedCPUAdam first, keeping only its lr and weight_decay (info). `Lamb` builds FusedLamb, a CUDA kernel that cannot step CPU tensors. Other torch
     optimizers named in the config run in plain PyTorch on the CPU: they work, slowly (a warning).
 
     ## Example
@@ -201,6 +202,7 @@ class OffloadNeedsCpuOptimizer(Rule):
 
     ## References
     - deepspeed/runtime/engine.py (`zero_force_ds_cpu_optimizer` check); docs/deepspeed-facts.md §2.3
+    - huggingface/accelerate src/accelerate/accelerator.py `_prepare_deepspeed` (the DeepSpeedCPUAdam swap)
     """
 
     code = "ZT305"
@@ -214,8 +216,19 @@ class OffloadNeedsCpuOptimizer(Rule):
             return
         opt = ctx.optimizer_type
         key = "offload_optimizer" if "offload_optimizer" in ctx.zero else "cpu_offload"
-        if opt is None and not _truthy_off(ctx.config.get("zero_force_ds_cpu_optimizer")):
-            # HF Trainer builds a torch AdamW when the section is missing: DeepSpeed refuses it too
+        if opt is None and not _truthy_off(ctx.config.get("zero_force_ds_cpu_optimizer")) and ctx.options.hf:
+            # accelerate's Accelerator._prepare_deepspeed (HF Trainer prepares through it) replaces a client
+            # optimizer by DeepSpeedCPUAdam(param_groups, lr, weight_decay) when offload_optimizer.device is
+            # not "none" and zero_force_ds_cpu_optimizer is unset/true: the engine's check then passes
+            yield self.emit(
+                ctx,
+                pointer_of("zero_optimization", key),
+                detail="with no optimizer `type`, HF Trainer/accelerate replace the optimizer you chose by "
+                "DeepSpeedCPUAdam, keeping only its lr and weight_decay",
+                help='name the optimizer in an "optimizer" section to choose its betas and eps',
+                severity=Severity.INFO,
+            )
+        elif opt is None and not _truthy_off(ctx.config.get("zero_force_ds_cpu_optimizer")):
             yield self.emit(
                 ctx,
                 pointer_of("zero_optimization", key),

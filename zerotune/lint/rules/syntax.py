@@ -176,13 +176,65 @@ class RootNotObject(Rule):
 
     def check(self, ctx: Context) -> Iterator[Diagnostic]:
         data = ctx.loaded.data
-        if ctx.loaded.parsed and not isinstance(data, dict):
+        if ctx.loaded.parsed and ctx.loaded.accelerate is None and not isinstance(data, dict):
             kind = {list: "a list", str: "a string", bool: "a boolean"}.get(type(data), type(data).__name__)
             if data is None:
                 kind = "null"
             elif isinstance(data, (int, float)) and not isinstance(data, bool):
                 kind = "a number"
             yield self.emit(ctx, "", kind=kind)
+
+
+class AccelerateConfig(Rule):
+    """The file is an HF accelerate config, not a DeepSpeed config.
+
+    ## What it does
+    Recognizes an `accelerate config` file (it has `distributed_type`) and says what is checked: the
+    DeepSpeed config accelerate builds from its `deepspeed_config:` options (zero_stage, offload devices,
+    gradient_accumulation_steps, gradient_clipping, mixed_precision), with the "auto" values accelerate
+    fills. When the file names a `deepspeed_config_file`, that JSON is the DeepSpeed config: validate it
+    with `--hf`. When `distributed_type` is not DEEPSPEED, DeepSpeed is not used.
+
+    ## Why is this bad?
+    It is not: it is information. Read as a DeepSpeed config, every launcher key (num_processes,
+    machine_rank, ...) would look unknown and the batch size missing, which is not what DeepSpeed gets.
+
+    ## Example
+    ```yaml
+    distributed_type: DEEPSPEED
+    deepspeed_config:
+      deepspeed_config_file: ds_z3.json
+    ```
+
+    ## Use instead
+    `zerotune validate --hf ds_z3.json`
+
+    ## References
+    - huggingface/accelerate src/accelerate/utils/dataclasses.py `DeepSpeedPlugin.__post_init__`
+    """
+
+    code = "ZT006"
+    name = "accelerate-config"
+    severity = Severity.INFO
+    message = "{detail}"
+
+    def check(self, ctx: Context) -> Iterator[Diagnostic]:
+        from zerotune.dsconfig import accelerate
+
+        raw = ctx.loaded.accelerate
+        if raw is None:
+            return
+        named = accelerate.config_file(raw)
+        if not accelerate.uses_deepspeed(raw):
+            kind = raw.get("distributed_type")
+            detail = f"an HF accelerate config with distributed_type {kind}: DeepSpeed is not used, nothing to check"
+        elif ctx.loaded.accelerate_path is not None:
+            detail = f"read through the accelerate config {ctx.loaded.accelerate_path} (its deepspeed_config_file)"
+        elif named is not None:
+            detail = f"an HF accelerate config whose DeepSpeed config {named} is not found from here: run from the launch folder"
+        else:
+            detail = "an HF accelerate config: checked as the DeepSpeed config accelerate builds from its options"
+        yield self.emit(ctx, "", detail=detail)
 
 
 class InternalError(Rule):
@@ -216,4 +268,4 @@ class InternalError(Rule):
         return iter(())  # emitted by the runner (zerotune/lint/runner.py), never by itself
 
 
-RULES = (InternalError, SyntaxError_, HjsonOnlySyntax, UnquotedPlaceholder, DuplicateKey, RootNotObject)
+RULES = (InternalError, SyntaxError_, HjsonOnlySyntax, UnquotedPlaceholder, DuplicateKey, RootNotObject, AccelerateConfig)
