@@ -318,6 +318,7 @@ def test_out_writes_config_and_reasons_sidecar(cli, tmp_path: Path) -> None:
         ("2024-05-01 10:00:00,123 [rank0]: x", "x", 0),
         ("RuntimeError: CUDA out of memory", "RuntimeError: CUDA out of memory", None),
         ("10.0.0.7: hello", "hello", None),
+        ("[default5]:[2022-12-08 16:39:23,472] [INFO] x", "[2022-12-08 16:39:23,472] [INFO] x", None),  # local rank
     ],
 )
 def test_prefixes_are_removed(raw: str, text: str, rank: int | None) -> None:
