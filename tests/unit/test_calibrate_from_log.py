@@ -135,6 +135,26 @@ def test_tqdm_with_a_postfix_and_a_role_prefix() -> None:
     assert len(scan.memory_reports) == 1 and scan.memory_reports[0].label == "Before Building Model"
 
 
+def test_the_job_from_the_launchers_echo_of_the_script_arguments() -> None:
+    """The DeepSpeed launcher echoes the training command (runner.py `cmd = ...`, launch.py's
+    sigkill_handler list): its script arguments state the micro-batch, accumulation, sequence length and
+    precision as a launch line does (first read: none of them)."""
+    from zerotune.diagnose.analyse import Options, read_job
+
+    def scan_of(path: Path):
+        with path.open("rb") as stream:
+            return scan_stream(stream)
+
+    dolly = scan_of(LOGS / "measure" / "dolly166_sigkill_argv_list.log")  # `--per-device-train-batch-size 1`
+    assert dolly.facts["micro_batch"].value == 1 and "training.trainer" in str(dolly.facts["launch_args"].value)
+    baichuan = scan_of(LOGS / "threads" / "baichuan2_333_zero3_gather_oom_v100.log")  # Baichuan2 issue 333
+    assert baichuan.facts["seq_len"].value == 256 and baichuan.facts["micro_batch"].value == 1
+    job = read_job(baichuan, Options(), [])
+    assert job.seq_len == 256 and "script's arguments" in job.seq_source
+    said = read_job(baichuan, Options(seq_len=1024), [])  # an option still wins over the log
+    assert said.seq_len == 1024 and said.seq_source == "--seq-len"
+
+
 def test_nvidia_smi_peak_is_the_highest_row() -> None:
     m = measured(LOGS / "measure" / "nvidia_smi_synthetic.log")
     assert m.peak_bytes.value == 63110 * 2**20 and m.peak_kind == "nvidia-smi"

@@ -12,6 +12,12 @@ Sources, as printed at 0.19.8 / transformers 4.x / torch 2.x:
   (`group_world_size=2`, `global_world_sizes=[16, ...]`); accelerate: `Num processes: 4`.
 - HF scripts: `--model_name_or_path X`, `ModelArguments(model_name_or_path='X', ...)`, `loading
   configuration file X/config.json`, the model config dump (`Model config LlamaConfig {` ... `}`).
+- the training script's own arguments, as the DeepSpeed launcher echoes them: the runner's
+  `cmd = python -u -m deepspeed.launcher.launch --world_info=... train.py --per_device_train_batch_size 4 ...`
+  (runner.py) and launch.py's `process N spawned with command: [...]` and
+  `sigkill_handler] [...] exits with return code = -9` (the argv as a Python list); read as a launch
+  line is (zerotune.schema.launch_line): micro-batch, accumulation, sequence length, precision,
+  checkpointing, the model.
 - `zerotune bench`: the job its ranks ran (BENCH_JOB).
 """
 
@@ -21,10 +27,13 @@ import ast
 import base64
 import json
 import re
+import shlex
 from dataclasses import dataclass
 
 from zerotune.diagnose.records import LogLine, Scan
 from zerotune.diagnose.signals.signal import Hit, Signal
+from zerotune.errors import InputError
+from zerotune.schema.launch_line import parse_launch
 
 MAX_PRINT_KEYS = 600
 """DeepSpeedConfig.print writes ~150 attributes, ds_report ~40: more names than this are not a config."""
@@ -153,6 +162,67 @@ def _world_info(hit: Hit) -> None:
     s.fact("ranks_per_node", max(len(v) for v in info.values()), hit.line)
 
 
+# ---- the script arguments the launcher echoes ------------------------------------------------------------------
+
+_ARGV_LIST = re.compile(r"(?:sigkill_handler\]|spawned with command:) (\[.*\])")
+_RUNNER_CMD = re.compile(r"\bcmd = (.*-m deepspeed\.launcher\.launch .*)$")
+_LAUNCHER_MODULES = ("deepspeed.launcher.launch", "torch.distributed.run", "torch.distributed.launch")
+LAUNCH_FACTS = {
+    "micro_batch": "micro_batch",
+    "grad_accum": "grad_accum",
+    "seq_len": "seq_len",
+    "precision": "precision",
+    "checkpointing": "checkpointing",
+    "model": "model_name",
+}
+"""LaunchLine inputs -> the facts they state (only what the line says: a flag left out states nothing)."""
+
+
+def _script_argv(tokens: list[str]) -> list[str] | None:
+    """`python [-u] [-m launcher [--its-options]] script args...` -> [script, args...]."""
+    i = 1 if tokens and tokens[0].rsplit("/", 1)[-1].startswith("python") else 0
+    while i < len(tokens) and tokens[i].startswith("-") and tokens[i] != "-m":
+        i += 1  # the interpreter's own options (-u)
+    if tokens[i : i + 1] == ["-m"] and i + 1 < len(tokens):
+        if tokens[i + 1] not in _LAUNCHER_MODULES:
+            return tokens[i + 1 :]  # `python -m training.trainer args` (dolly)
+        i += 2
+        while i < len(tokens) and tokens[i].startswith("-"):
+            i += 1  # the launcher's options: the runner writes them all as --name=value or bare
+    return tokens[i:] if i < len(tokens) else None
+
+
+def _launched(hit: Hit) -> None:
+    """The job the launcher's echo of the training command states (facts, first line wins)."""
+    text, s = hit.line.text, hit.scan
+    if "launch_args" in s.facts:
+        return
+    tokens: list[str] | None = None
+    if m := _ARGV_LIST.search(text):
+        try:
+            value = ast.literal_eval(m.group(1))
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            return
+        if isinstance(value, list) and all(isinstance(t, str) for t in value):
+            tokens = value
+    elif m := _RUNNER_CMD.search(text):
+        try:
+            tokens = shlex.split(m.group(1))
+        except ValueError:
+            return
+    script = _script_argv(tokens or [])
+    if not script:
+        return
+    try:
+        line = parse_launch(["python", *script])
+    except InputError:
+        return
+    s.fact("launch_args", " ".join(script)[:200], hit.line)
+    for key, fact in LAUNCH_FACTS.items():
+        if key in line.inputs:
+            s.fact(fact, line.inputs[key], hit.line)
+
+
 # ---- DeepSpeedConfig.print / ds_report ---------------------------------------------------------------------------
 
 _DOTS = re.compile(
@@ -257,7 +327,11 @@ def _bench_job(hit: Hit) -> None:
 
 SIGNALS = (
     Signal("bench_job", (BENCH_JOB.encode(),), (_bench_job,), claims=BENCH_JOB),
-    Signal("facts", (*_FACT_TRIGGERS, rb"WORLD INFO DICT", rb"_info="), (_facts, _world_info)),
+    Signal(
+        "facts",
+        (*_FACT_TRIGGERS, rb"WORLD INFO DICT", rb"_info=", rb"_handler\] \['", rb"with command: \['"),
+        (_facts, _world_info, _launched),
+    ),
     Signal("ds_print", (rb"\.\. \S", rb"_size_per_gpu  \S"), (_printed,)),
     Signal("model_config", (rb"Model config \w+ \{",), (_model_config,), claims="Model config "),
 )
