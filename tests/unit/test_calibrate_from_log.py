@@ -127,6 +127,15 @@ def test_memory_peaks_of_fresh_logs(name: str, peak_gb: float) -> None:
     assert m.peak_bytes.value == pytest.approx(peak_gb * GiB) and m.peak_kind == "max_allocated"
 
 
+def test_the_2021_throughput_line_after_a_tqdm_bar() -> None:
+    """DeepSpeed issue 1574: `0/2000, SamplesPerSec=9.54...` with no memory fields, a step line on the
+    tqdm bar's line. The throughput timer wins over tqdm (docs: the order of trust)."""
+    m = measured(LOGS / "measure" / "ds1574_t5_skipped_steps_old_throughput.log")
+    assert m.samples_per_s.value == pytest.approx(9.546767962244255) and m.step_s is None
+    with (LOGS / "measure" / "ds1574_t5_skipped_steps_old_throughput.log").open("rb") as stream:
+        assert scan_stream(stream).series["s_per_it"] == pytest.approx([3.35])
+
+
 def test_tqdm_with_a_postfix_and_a_role_prefix() -> None:
     bar = measured(LOGS / "measure" / "easycontext11_tqdm_cache_flush_one_line.log")  # EasyContext issue 11
     assert bar.step_s.value == pytest.approx(1042.58)  # 1019.75, 1042.58, 1042.58 (two bars on line 2)
