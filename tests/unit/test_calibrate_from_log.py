@@ -179,7 +179,8 @@ def test_measured_figures_replace_the_logs() -> None:
 def test_parse_measured() -> None:
     m = parse_measured("tokens_per_s=12000, peak_memory=61.5GiB, memory_kind=max_reserved")
     assert m.tokens_per_s.value == 12000 and m.peak_bytes.value == 61.5 * GiB and m.peak_kind == "max_reserved"
-    for bad in ("tokens_per_s", "speed=3", "tokens_per_s=-1", "peak_memory=3furlongs", "memory_kind=rss", ""):
+    bad_forms = ("tokens_per_s", "speed=3", "tokens_per_s=-1", "peak_memory=3furlongs", "memory_kind=rss", "")
+    for bad in (*bad_forms, "peak_memory=...", "tokens_per_s=."):  # dots: an InputError, not a float() crash
         with pytest.raises(InputError):
             parse_measured(bad)
 

@@ -230,7 +230,7 @@ def _deepspeed_config_error(hit: Hit) -> None:
 
 
 _FRACTION = re.compile(
-    r"Input should be a valid integer, got a number with a fractional part.*?input_value=([\d.]+)"
+    r"Input should be a valid integer, got a number with a fractional part.*?input_value=(\d+(?:\.\d+)?)"
 )
 
 

@@ -98,7 +98,7 @@ FACTS = (
     _row("trainable_params", rb"Number of trainable", r"Number of trainable parameters = ([\d,]+)", int),
     _row("params", rb"Total ", r"Total number of elements in model: (\d+)", int),
     _row(
-        "params", rb"_elems = ", r"num_elems = ([\d.]+)B", float
+        "params", rb"_elems = ", r"num_elems = (\d+(?:\.\d+)?)B", float
     ),  # zero.Init's "finished initializing model"
     _row(
         "micro_batch", rb"Instantaneous batch", r"batch size per device = (\d+)", int
