@@ -3,6 +3,7 @@ fixture names its thread), the fit on runs whose truth is known, the findings, p
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
@@ -162,6 +163,23 @@ def test_the_job_from_the_launchers_echo_of_the_script_arguments() -> None:
     assert job.seq_len == 256 and "script's arguments" in job.seq_source
     said = read_job(baichuan, Options(seq_len=1024), [])  # an option still wins over the log
     assert said.seq_len == 1024 and said.seq_source == "--seq-len"
+
+
+def test_the_job_from_training_arguments_repr() -> None:
+    """transformers logs TrainingArguments one `name=value,` a line (huggingface/transformers#17607, behind a
+    test harness's `stdout: ` prefix): accumulation and checkpointing are read from it, and only from a
+    line that is the field (not from an argparse Namespace repr, where a field is mid-line)."""
+    from zerotune.diagnose.analyse import Options, read_job
+
+    with (LOGS / "measure" / "transformerspr17607_training_arguments_repr.log").open("rb") as stream:
+        scan = scan_stream(stream)
+    assert scan.facts["grad_accum"].value == 1 and "checkpointing" not in scan.facts  # False says nothing
+    other = scan_stream(
+        io.BytesIO(b"  per_device_train_batch_size=4,\n  gradient_checkpointing=True,\nNamespace(gradient_accumulation_steps=8, lr=1)\n")
+    )
+    assert other.facts["micro_batch"].value == 4 and "grad_accum" not in other.facts
+    job = read_job(other, Options(), [])
+    assert job.checkpointing is True and job.checkpointing_source.startswith("log:2")
 
 
 def test_nvidia_smi_peak_is_the_highest_row() -> None:

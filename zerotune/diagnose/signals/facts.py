@@ -11,7 +11,9 @@ Sources, as printed at 0.19.8 / transformers 4.x / torch 2.x:
 - torchrun/torch elastic: `--nproc_per_node=8`, `--nnodes=2`, the rendezvous result
   (`group_world_size=2`, `global_world_sizes=[16, ...]`); accelerate: `Num processes: 4`.
 - HF scripts: `--model_name_or_path X`, `ModelArguments(model_name_or_path='X', ...)`, `loading
-  configuration file X/config.json`, the model config dump (`Model config LlamaConfig {` ... `}`).
+  configuration file X/config.json`, the model config dump (`Model config LlamaConfig {` ... `}`), and
+  TrainingArguments' repr, one field a line (`per_device_train_batch_size=4,`, `gradient_accumulation_steps=8,`,
+  `gradient_checkpointing=True,`).
 - the training script's own arguments, as the DeepSpeed launcher echoes them: the runner's
   `cmd = python -u -m deepspeed.launcher.launch --world_info=... train.py --per_device_train_batch_size 4 ...`
   (runner.py) and launch.py's `process N spawned with command: [...]` and
@@ -105,6 +107,11 @@ FACTS = (
     ),  # HF Trainer's header
     _row("train_batch_size", rb"Total ", r"Total train batch size.*?= (\d+)", int),
     _row("grad_accum", rb"Gradient Accumulation steps", r"Gradient Accumulation steps = (\d+)", int),
+    # TrainingArguments' repr, one `name=value,` per line (transformers' "Training/evaluation parameters"
+    # log; huggingface/transformers#17607): the whole line is the field, so a Namespace repr is not read
+    _row("micro_batch", rb"_train_batch_size=", r"(?:^|\s)per_device_train_batch_size=(\d+),?\s*$", int),
+    _row("grad_accum", rb"_accumulation_steps=", r"(?:^|\s)gradient_accumulation_steps=(\d+),?\s*$", int),
+    _row("checkpointing", rb"_checkpointing=True", r"(?:^|\s)gradient_checkpointing=(True),?\s*$", bool),
     _row(
         "gpu_name",
         rb"NVIDIA ",
@@ -119,6 +126,8 @@ _FACT_TRIGGERS = tuple(dict.fromkeys(row.trigger for row in FACTS))
 
 
 def _cast(row: FactRow, value: str) -> object:
+    if row.cast is bool:
+        return value == "True"
     if row.cast is int:
         return int(value.replace(",", ""))
     if row.cast is float:
