@@ -3,6 +3,7 @@ fixture names its thread), the fit on runs whose truth is known, the findings, p
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
@@ -79,6 +80,108 @@ def test_tqdm_and_hf_final_metrics() -> None:
     assert any("train_runtime" in n for n in only_final.notes)
 
 
+# Round 6 (2026-11-28, h-logs): log formats of threads never used before (first run before any change:
+# every figure below but the Megatron line and the `[default0]:` prefix was read right).
+
+
+def test_a_megatron_timer_line_is_not_deepspeeds_step() -> None:
+    """DeepSpeed issue 650 posts Megatron's `forward | backward | optimizer` timers, then DeepSpeed's own
+    step line: only the latter is the step (first read: 16.5 s, the two formats' medians mixed)."""
+    m = measured(LOGS / "threads" / "ds650_zero2_10b_step_dominates.log")
+    assert m.step_s.value == pytest.approx((1370.73 + 5053.64 + 11437.30) / 1000)
+    assert m.optimizer_s.value == pytest.approx(11.4373) and m.step_s.source.startswith("log:6:")  # 4 `##` lines
+
+
+def test_timer_lines_with_a_leading_space_and_extra_timers() -> None:
+    m = measured(LOGS / "threads" / "ds1635_cpu_adam_step_timers.log")  # DeepSpeed issue 1635
+    assert m.step_s.value == pytest.approx((376.60 + 864.56 + 22880.87) / 1000)
+    assert m.optimizer_s.value == pytest.approx(22.88087) and m.compute_s.value == pytest.approx(1.18347)
+
+
+def test_the_2020_throughput_line_and_bare_micro_step_timers() -> None:
+    """DeepSpeed issue 255 (June 2020): `[INFO <date>] 0/2650, SamplesPerSec=...`, and micro-step timers
+    with no step line: those are not a step time (a step sums an unknown number of micro-steps)."""
+    m = measured(LOGS / "measure" / "ds255_old_samplespersec_timers.log")
+    assert m.samples_per_s.value == pytest.approx((13.198177991591365 + 7.458824487454903) / 2)  # first dropped
+    assert m.step_s is None and m.compute_s is None
+
+
+def test_tqdm_and_timers_on_one_line() -> None:
+    """accelerate issue 1589: tqdm's bar and the next log line share a line; tqdm switches to it/s."""
+    m = measured(LOGS / "measure" / "accelerate1589_tqdm_timers_one_line.log")
+    assert m.step_s.value == pytest.approx(((27.41 + 27.46) + (73.44 + 73.60) + (72.82 + 72.60)) / 2 / 1000)
+    with (LOGS / "measure" / "accelerate1589_tqdm_timers_one_line.log").open("rb") as stream:
+        scan = scan_stream(stream)
+    assert scan.series["s_per_it"] == pytest.approx([1.23, 1 / 1.09])
+
+
+@pytest.mark.parametrize(
+    ("name", "peak_gb"),
+    [
+        ("ds522_see_memory_usage_stage0.log", 1.27),  # DeepSpeed issue 522: the highest Max_MA of the step
+        ("tptt4_see_memory_usage_zero3_init.log", 4.46),  # a trailing space after Max_CA (DeepSpeed 0.17)
+        ("dsexamples186_zero3_samplespersec_cache_flushes.log", 12.76),  # MaxMemAllocated on the timer line
+    ],
+)
+def test_memory_peaks_of_fresh_logs(name: str, peak_gb: float) -> None:
+    m = measured(LOGS / "measure" / name)
+    assert m.peak_bytes.value == pytest.approx(peak_gb * GiB) and m.peak_kind == "max_allocated"
+
+
+def test_the_2021_throughput_line_after_a_tqdm_bar() -> None:
+    """DeepSpeed issue 1574: `0/2000, SamplesPerSec=9.54...` with no memory fields, a step line on the
+    tqdm bar's line. The throughput timer wins over tqdm (docs: the order of trust)."""
+    m = measured(LOGS / "measure" / "ds1574_t5_skipped_steps_old_throughput.log")
+    assert m.samples_per_s.value == pytest.approx(9.546767962244255) and m.step_s is None
+    with (LOGS / "measure" / "ds1574_t5_skipped_steps_old_throughput.log").open("rb") as stream:
+        assert scan_stream(stream).series["s_per_it"] == pytest.approx([3.35])
+
+
+def test_tqdm_with_a_postfix_and_a_role_prefix() -> None:
+    bar = measured(LOGS / "measure" / "easycontext11_tqdm_cache_flush_one_line.log")  # EasyContext issue 11
+    assert bar.step_s.value == pytest.approx(1042.58)  # 1019.75, 1042.58, 1042.58 (two bars on line 2)
+    with (LOGS / "measure" / "bigscience356_default_prefix_see_memory_usage.log").open("rb") as stream:
+        scan = scan_stream(stream)
+    assert len(scan.memory_reports) == 1 and scan.memory_reports[0].label == "Before Building Model"
+
+
+def test_the_job_from_the_launchers_echo_of_the_script_arguments() -> None:
+    """The DeepSpeed launcher echoes the training command (runner.py `cmd = ...`, launch.py's
+    sigkill_handler list): its script arguments state the micro-batch, accumulation, sequence length and
+    precision as a launch line does (first read: none of them)."""
+    from zerotune.diagnose.analyse import Options, read_job
+
+    def scan_of(path: Path):
+        with path.open("rb") as stream:
+            return scan_stream(stream)
+
+    dolly = scan_of(LOGS / "measure" / "dolly166_sigkill_argv_list.log")  # `--per-device-train-batch-size 1`
+    assert dolly.facts["micro_batch"].value == 1 and "training.trainer" in str(dolly.facts["launch_args"].value)
+    baichuan = scan_of(LOGS / "threads" / "baichuan2_333_zero3_gather_oom_v100.log")  # Baichuan2 issue 333
+    assert baichuan.facts["seq_len"].value == 256 and baichuan.facts["micro_batch"].value == 1
+    job = read_job(baichuan, Options(), [])
+    assert job.seq_len == 256 and "script's arguments" in job.seq_source
+    said = read_job(baichuan, Options(seq_len=1024), [])  # an option still wins over the log
+    assert said.seq_len == 1024 and said.seq_source == "--seq-len"
+
+
+def test_the_job_from_training_arguments_repr() -> None:
+    """transformers logs TrainingArguments one `name=value,` a line (huggingface/transformers#17607, behind a
+    test harness's `stdout: ` prefix): accumulation and checkpointing are read from it, and only from a
+    line that is the field (not from an argparse Namespace repr, where a field is mid-line)."""
+    from zerotune.diagnose.analyse import Options, read_job
+
+    with (LOGS / "measure" / "transformerspr17607_training_arguments_repr.log").open("rb") as stream:
+        scan = scan_stream(stream)
+    assert scan.facts["grad_accum"].value == 1 and "checkpointing" not in scan.facts  # False says nothing
+    other = scan_stream(
+        io.BytesIO(b"  per_device_train_batch_size=4,\n  gradient_checkpointing=True,\nNamespace(gradient_accumulation_steps=8, lr=1)\n")
+    )
+    assert other.facts["micro_batch"].value == 4 and "grad_accum" not in other.facts
+    job = read_job(other, Options(), [])
+    assert job.checkpointing is True and job.checkpointing_source.startswith("log:2")
+
+
 def test_nvidia_smi_peak_is_the_highest_row() -> None:
     m = measured(LOGS / "measure" / "nvidia_smi_synthetic.log")
     assert m.peak_bytes.value == 63110 * 2**20 and m.peak_kind == "nvidia-smi"
@@ -94,7 +197,8 @@ def test_measured_figures_replace_the_logs() -> None:
 def test_parse_measured() -> None:
     m = parse_measured("tokens_per_s=12000, peak_memory=61.5GiB, memory_kind=max_reserved")
     assert m.tokens_per_s.value == 12000 and m.peak_bytes.value == 61.5 * GiB and m.peak_kind == "max_reserved"
-    for bad in ("tokens_per_s", "speed=3", "tokens_per_s=-1", "peak_memory=3furlongs", "memory_kind=rss", ""):
+    bad_forms = ("tokens_per_s", "speed=3", "tokens_per_s=-1", "peak_memory=3furlongs", "memory_kind=rss", "")
+    for bad in (*bad_forms, "peak_memory=...", "tokens_per_s=."):  # dots: an InputError, not a float() crash
         with pytest.raises(InputError):
             parse_measured(bad)
 

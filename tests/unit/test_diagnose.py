@@ -318,6 +318,7 @@ def test_out_writes_config_and_reasons_sidecar(cli, tmp_path: Path) -> None:
         ("2024-05-01 10:00:00,123 [rank0]: x", "x", 0),
         ("RuntimeError: CUDA out of memory", "RuntimeError: CUDA out of memory", None),
         ("10.0.0.7: hello", "hello", None),
+        ("[default5]:[2022-12-08 16:39:23,472] [INFO] x", "[2022-12-08 16:39:23,472] [INFO] x", None),  # local rank
     ],
 )
 def test_prefixes_are_removed(raw: str, text: str, rank: int | None) -> None:
@@ -483,6 +484,20 @@ def test_arbitrary_bytes_through_the_cli_exit_cleanly() -> None:
         )
         assert done.returncode in (0, 1, 2)
         assert b"Traceback" not in done.stderr
+
+
+def test_figures_quoted_as_dots_are_not_numbers() -> None:
+    """Prose quoting a log field without its number (`SamplesPerSec=...`, `MA ... GB`, a fixture's own
+    header in DeepSpeed issue 255's excerpt) stopped the scan with a float() error: no figure, no raise."""
+    text = (
+        "0/450, SamplesPerSec=...\nCurrSamplesPerSec=.., MaxMemAllocated=..GB\n"
+        "MA . GB  Max_MA .. GB  CA . GB  Max_CA . GB\nCPU Virtual Memory:  used = ... GB, percent = .%\n"
+        "num_elems = ..B\ntime (ms) | fwd: .. | bwd: . | bwd_inner: . | bwd_allreduce: . | step: .\n"
+        " 5/10 [00:05<00:05, ...s/it]\n{'train_runtime': ..., 'train_steps_per_second': .}\n"
+    )
+    scan = scan_stream(io.BytesIO(text.encode()))
+    assert not scan.memory_reports and not scan.series and scan.samples_per_s == [0.0, 0.0]
+    assert diagnose(text.encode()).diagnosis.cause == "none"
 
 
 def test_the_optimizer_is_said_once_and_an_unmodelled_one_is_named(tmp_path: Path, cli) -> None:

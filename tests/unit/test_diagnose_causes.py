@@ -423,6 +423,44 @@ def test_forms_first_missed_in_round_5(text: str, cause: str) -> None:
     assert report.exit_code == 1 and report.fix is not None
 
 
+# Round 6 (2026-11-28, h-logs): forms diagnose missed on fresh logs, each checked on a wording other than
+# the fixture's (another op module, a later-step cache flush with another count, another tqdm postfix).
+@pytest.mark.parametrize(
+    ("text", "cause"),
+    [
+        ("ModuleNotFoundError: No module named 'deepspeed.ops.transformer.transformer_op'\n", "op_build"),
+        ("ImportError: No module named 'deepspeed.ops.lamb.fused_lamb_op'\n", "op_build"),
+        # a module that moved between releases stays a version mismatch
+        ("ModuleNotFoundError: No module named 'transformers.deepspeed'\n", "version_mismatch"),
+    ],
+)
+def test_forms_first_missed_in_round_6(text: str, cause: str) -> None:
+    report = diagnose(text.encode())
+    assert report.diagnosis.cause == cause
+    assert report.exit_code == 1 and report.fix is not None
+
+
+def test_steps_that_end_in_zero3_cache_flushes_are_not_a_start_up_hang() -> None:
+    """ZeRO-3's optimizer step warns about allocator cache flushes each step (`[stage3.py:N:step]`): a log
+    ending in them, or in tqdm bars with a postfix after the rate, was training, not starting."""
+    flush = (
+        "[2023-01-01 10:00:00,000] [WARNING] [stage3.py:1939:step] 3 pytorch allocator cache flushes since last "
+        "step. this happens when there is high memory pressure and is detrimental to performance.\n"
+    )
+    started = "[2023-01-01 09:59:00,000] [INFO] [engine.py:1100:_configure_optimizer] Using DeepSpeed Optimizer\n"
+    assert diagnose((started + flush).encode()).diagnosis.cause == "none"
+    bar = " 40%|####      | 4/10 [01:00<01:30, 15.02s/it, loss=2.1, lr=1e-5]\n"
+    assert diagnose((started + bar).encode()).diagnosis.cause == "none"
+    assert diagnose(started.encode()).diagnosis.cause == "hang"  # start-up lines alone still are
+
+
+def test_torch_elastic_role_prefix_is_removed() -> None:
+    """`[default0]:` (torch elastic's tee'd output, bigscience-workshop/Megatron-DeepSpeed#356) hid the
+    exception: the same line without it is a failure, with it it read as no failure."""
+    line = "[default3]:RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 3; 79.35 GiB total capacity)\n"
+    assert diagnose(line.encode()).diagnosis.cause == "gpu_oom"
+
+
 def test_an_undefined_symbol_names_the_stale_op() -> None:
     line = "ImportError: /root/.cache/torch_extensions/py310_cu118/fused_lamb/fused_lamb.so: undefined symbol: _ZN3c10\n"
     assert diagnose(line.encode()).diagnosis.title.endswith("(fused_lamb)")

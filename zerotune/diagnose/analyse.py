@@ -131,14 +131,19 @@ def read_job(scan: Scan, options: Options, notes: list[str]) -> explain.Job:
         job.world, job.world_source = derived
     if "ranks_per_node" in scan.facts and not said_world:
         job.ranks_per_node = max(1, int(scan.facts["ranks_per_node"].value))  # type: ignore[call-overload]
+    launched = scan.facts.get("seq_len"), scan.facts.get("checkpointing")  # the launcher's echo of the script args
     if options.seq_len is not None:
         job.seq_len, job.seq_source = options.seq_len, "--seq-len"
     elif isinstance(bench.get("seq_len"), int):
         job.seq_len, job.seq_source = bench["seq_len"], where
+    elif launched[0] is not None:
+        job.seq_len, job.seq_source = int(launched[0].value), f"log:{launched[0].line.number} (the script's arguments)"  # type: ignore[call-overload]
     if options.checkpointing is not None:
         job.checkpointing, job.checkpointing_source = options.checkpointing, "--checkpointing flag"
     elif isinstance(bench.get("activation_checkpointing"), bool):
         job.checkpointing, job.checkpointing_source = bench["activation_checkpointing"], where
+    elif launched[1] is not None and launched[1].value is True:
+        job.checkpointing, job.checkpointing_source = True, f"log:{launched[1].line.number} (the script's arguments)"
     job.workload_options = options.workload_options()
     if "deepspeed_version" not in job.workload_options and "deepspeed_version" in scan.facts:
         # the release the log prints: before 0.19.4 stage 3 keeps more gathered (model.memory_facts)

@@ -108,8 +108,17 @@ def reconstruct_config(scan: Scan) -> dict[str, Any] | None:
     return config
 
 
-HF_PRECISIONS = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float32": "fp32", "float": "fp32"}
-"""torch dtype names in DeepSpeed's "Creating <dtype> ZeRO stage" line -> the config's precision."""
+HF_PRECISIONS = {
+    "bfloat16": "bf16",
+    "float16": "fp16",
+    "half": "fp16",
+    "float32": "fp32",
+    "float": "fp32",
+    "bf16": "bf16",
+    "fp16": "fp16",
+}
+"""torch dtype names in DeepSpeed's "Creating <dtype> ZeRO stage" line, and a launch line's --bf16 / --fp16
+(signals.facts._launched) -> the config's precision."""
 
 
 def fill_hf(job: Job, scan: Scan, said: dict[str, Any], notes: list[str]) -> None:

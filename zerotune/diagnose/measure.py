@@ -153,7 +153,7 @@ def _peak(scan: Scan) -> tuple[Figure | None, str]:
 
 
 _UNITS = {"": 1.0, "b": 1.0, "kib": 2**10, "mib": 2**20, "gib": 2**30, "gb": 1e9, "mb": 1e6, "tib": 2**40}
-_NUMBER = re.compile(r"^\s*([\d.]+(?:e[+-]?\d+)?)\s*([a-zA-Z]*)\s*$")
+_NUMBER = re.compile(r"^\s*((?:\d+(?:\.\d*)?|\.\d+)(?:e[+-]?\d+)?)\s*([a-zA-Z]*)\s*$")
 
 
 def parse_measured(text: str) -> Measured:

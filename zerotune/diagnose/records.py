@@ -1,8 +1,9 @@
 """What a scan of a log yields: its lines (LogLine, and `normalise`, which turns a raw line into
 one) and the typed records the signals fill in (zerotune.diagnose.signals).
 
-Lines are normalised before parsing: leading timestamps, torchrun's `[rankN]:` and pdsh/
-deepspeed-launcher host prefixes (`gpu-q-13: `) are removed and the rank is kept.
+Lines are normalised before parsing: leading timestamps, torchrun's `[rankN]:` (and torch elastic's
+older `[defaultN]:`) and pdsh/deepspeed-launcher host prefixes (`gpu-q-13: `) are removed and the rank
+is kept.
 """
 
 from __future__ import annotations
@@ -20,6 +21,11 @@ a long log and holds the memory of a week-long one bounded."""
 
 _TIMESTAMP = re.compile(r"^\s*\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\s*")
 _RANK_PREFIX = re.compile(r"^\s*\[(?:rank|RANK)(\d+)\]:\s?")
+_ROLE_PREFIX = re.compile(r"^\s*\[default\d+\]:\s?")
+"""torch elastic's tee'd worker output, `[{role}{local_rank}]:` (TailLog's header,
+torch/distributed/elastic/multiprocessing/tail_log.py; torchrun's role is "default"): the number is the
+local rank, not the global one, so it is removed but not kept as the line's rank
+(bigscience-workshop/Megatron-DeepSpeed#356)."""
 _HOST_PREFIX = re.compile(r"^([A-Za-z0-9_][\w.-]*):\s(?=\S)")
 
 
@@ -34,6 +40,9 @@ def normalise(raw: str) -> tuple[str, int | None]:
         m = _RANK_PREFIX.match(text)
         if m:
             rank = int(m.group(1)) if rank is None else rank
+            text = text[m.end() :]
+        m = _ROLE_PREFIX.match(text)
+        if m:
             text = text[m.end() :]
         m = _HOST_PREFIX.match(text)
         if m and _is_host(m.group(1)):

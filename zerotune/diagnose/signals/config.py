@@ -230,7 +230,7 @@ def _deepspeed_config_error(hit: Hit) -> None:
 
 
 _FRACTION = re.compile(
-    r"Input should be a valid integer, got a number with a fractional part.*?input_value=([\d.]+)"
+    r"Input should be a valid integer, got a number with a fractional part.*?input_value=(\d+(?:\.\d+)?)"
 )
 
 
@@ -281,7 +281,7 @@ def known_zero_keys(rej: Rejection) -> list[str]:
 _VERSION = re.compile(
     r"CUDAMismatchException|does not match the version torch was compiled|is required for a normal functioning"
     r"|mismatches the version that was used to compile PyTorch|cannot import name '\w+' from '(?:torch|deepspeed"
-    r"|transformers|accelerate|peft|trl)\b|No module named '(?:torch|deepspeed|transformers|accelerate|peft|trl)\."
+    r"|transformers|accelerate|peft|trl)\b|No module named '(?:torch|deepspeed|transformers|accelerate|peft|trl)\.(?![\w.]*_op')"
     r"|module '(?:torch|deepspeed|transformers|accelerate)[\w.]*' has no attribute"
     r"|[Pp]lease (?:upgrade|update|install) (?:to )?(?:torch|deepspeed|transformers|accelerate)\S*\s*>="
     r"|requires (?:torch|deepspeed|transformers|accelerate)\s*>="

@@ -11,7 +11,15 @@ Sources, as printed at 0.19.8 / transformers 4.x / torch 2.x:
 - torchrun/torch elastic: `--nproc_per_node=8`, `--nnodes=2`, the rendezvous result
   (`group_world_size=2`, `global_world_sizes=[16, ...]`); accelerate: `Num processes: 4`.
 - HF scripts: `--model_name_or_path X`, `ModelArguments(model_name_or_path='X', ...)`, `loading
-  configuration file X/config.json`, the model config dump (`Model config LlamaConfig {` ... `}`).
+  configuration file X/config.json`, the model config dump (`Model config LlamaConfig {` ... `}`), and
+  TrainingArguments' repr, one field a line (`per_device_train_batch_size=4,`, `gradient_accumulation_steps=8,`,
+  `gradient_checkpointing=True,`).
+- the training script's own arguments, as the DeepSpeed launcher echoes them: the runner's
+  `cmd = python -u -m deepspeed.launcher.launch --world_info=... train.py --per_device_train_batch_size 4 ...`
+  (runner.py) and launch.py's `process N spawned with command: [...]` and
+  `sigkill_handler] [...] exits with return code = -9` (the argv as a Python list); read as a launch
+  line is (zerotune.schema.launch_line): micro-batch, accumulation, sequence length, precision,
+  checkpointing, the model.
 - `zerotune bench`: the job its ranks ran (BENCH_JOB).
 """
 
@@ -21,10 +29,13 @@ import ast
 import base64
 import json
 import re
+import shlex
 from dataclasses import dataclass
 
 from zerotune.diagnose.records import LogLine, Scan
 from zerotune.diagnose.signals.signal import Hit, Signal
+from zerotune.errors import InputError
+from zerotune.schema.launch_line import parse_launch
 
 MAX_PRINT_KEYS = 600
 """DeepSpeedConfig.print writes ~150 attributes, ds_report ~40: more names than this are not a config."""
@@ -89,13 +100,18 @@ FACTS = (
     _row("trainable_params", rb"Number of trainable", r"Number of trainable parameters = ([\d,]+)", int),
     _row("params", rb"Total ", r"Total number of elements in model: (\d+)", int),
     _row(
-        "params", rb"_elems = ", r"num_elems = ([\d.]+)B", float
+        "params", rb"_elems = ", r"num_elems = (\d+(?:\.\d+)?)B", float
     ),  # zero.Init's "finished initializing model"
     _row(
         "micro_batch", rb"Instantaneous batch", r"batch size per device = (\d+)", int
     ),  # HF Trainer's header
     _row("train_batch_size", rb"Total ", r"Total train batch size.*?= (\d+)", int),
     _row("grad_accum", rb"Gradient Accumulation steps", r"Gradient Accumulation steps = (\d+)", int),
+    # TrainingArguments' repr, one `name=value,` per line (transformers' "Training/evaluation parameters"
+    # log; huggingface/transformers#17607): the whole line is the field, so a Namespace repr is not read
+    _row("micro_batch", rb"_train_batch_size=", r"(?:^|\s)per_device_train_batch_size=(\d+),?\s*$", int),
+    _row("grad_accum", rb"_accumulation_steps=", r"(?:^|\s)gradient_accumulation_steps=(\d+),?\s*$", int),
+    _row("checkpointing", rb"_checkpointing=True", r"(?:^|\s)gradient_checkpointing=(True),?\s*$", bool),
     _row(
         "gpu_name",
         rb"NVIDIA ",
@@ -110,6 +126,8 @@ _FACT_TRIGGERS = tuple(dict.fromkeys(row.trigger for row in FACTS))
 
 
 def _cast(row: FactRow, value: str) -> object:
+    if row.cast is bool:
+        return value == "True"
     if row.cast is int:
         return int(value.replace(",", ""))
     if row.cast is float:
@@ -151,6 +169,67 @@ def _world_info(hit: Hit) -> None:
     s.fact("world_size", sum(len(v) for v in info.values()), hit.line)
     s.fact("nodes", len(info), hit.line)
     s.fact("ranks_per_node", max(len(v) for v in info.values()), hit.line)
+
+
+# ---- the script arguments the launcher echoes ------------------------------------------------------------------
+
+_ARGV_LIST = re.compile(r"(?:sigkill_handler\]|spawned with command:) (\[.*\])")
+_RUNNER_CMD = re.compile(r"\bcmd = (.*-m deepspeed\.launcher\.launch .*)$")
+_LAUNCHER_MODULES = ("deepspeed.launcher.launch", "torch.distributed.run", "torch.distributed.launch")
+LAUNCH_FACTS = {
+    "micro_batch": "micro_batch",
+    "grad_accum": "grad_accum",
+    "seq_len": "seq_len",
+    "precision": "precision",
+    "checkpointing": "checkpointing",
+    "model": "model_name",
+}
+"""LaunchLine inputs -> the facts they state (only what the line says: a flag left out states nothing)."""
+
+
+def _script_argv(tokens: list[str]) -> list[str] | None:
+    """`python [-u] [-m launcher [--its-options]] script args...` -> [script, args...]."""
+    i = 1 if tokens and tokens[0].rsplit("/", 1)[-1].startswith("python") else 0
+    while i < len(tokens) and tokens[i].startswith("-") and tokens[i] != "-m":
+        i += 1  # the interpreter's own options (-u)
+    if tokens[i : i + 1] == ["-m"] and i + 1 < len(tokens):
+        if tokens[i + 1] not in _LAUNCHER_MODULES:
+            return tokens[i + 1 :]  # `python -m training.trainer args` (dolly)
+        i += 2
+        while i < len(tokens) and tokens[i].startswith("-"):
+            i += 1  # the launcher's options: the runner writes them all as --name=value or bare
+    return tokens[i:] if i < len(tokens) else None
+
+
+def _launched(hit: Hit) -> None:
+    """The job the launcher's echo of the training command states (facts, first line wins)."""
+    text, s = hit.line.text, hit.scan
+    if "launch_args" in s.facts:
+        return
+    tokens: list[str] | None = None
+    if m := _ARGV_LIST.search(text):
+        try:
+            value = ast.literal_eval(m.group(1))
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            return
+        if isinstance(value, list) and all(isinstance(t, str) for t in value):
+            tokens = value
+    elif m := _RUNNER_CMD.search(text):
+        try:
+            tokens = shlex.split(m.group(1))
+        except ValueError:
+            return
+    script = _script_argv(tokens or [])
+    if not script:
+        return
+    try:
+        line = parse_launch(["python", *script])
+    except InputError:
+        return
+    s.fact("launch_args", " ".join(script)[:200], hit.line)
+    for key, fact in LAUNCH_FACTS.items():
+        if key in line.inputs:
+            s.fact(fact, line.inputs[key], hit.line)
 
 
 # ---- DeepSpeedConfig.print / ds_report ---------------------------------------------------------------------------
@@ -257,7 +336,11 @@ def _bench_job(hit: Hit) -> None:
 
 SIGNALS = (
     Signal("bench_job", (BENCH_JOB.encode(),), (_bench_job,), claims=BENCH_JOB),
-    Signal("facts", (*_FACT_TRIGGERS, rb"WORLD INFO DICT", rb"_info="), (_facts, _world_info)),
+    Signal(
+        "facts",
+        (*_FACT_TRIGGERS, rb"WORLD INFO DICT", rb"_info=", rb"_handler\] \['", rb"with command: \['"),
+        (_facts, _world_info, _launched),
+    ),
     Signal("ds_print", (rb"\.\. \S", rb"_size_per_gpu  \S"), (_printed,)),
     Signal("model_config", (rb"Model config \w+ \{",), (_model_config,), claims="Model config "),
 )

@@ -155,7 +155,7 @@ def _host_memory_report(hit: Hit) -> None:
     if "CPU Virtual Memory" not in hit.line.text:
         return
     hit.scan.add(hit.scan.host_memory, hit.line)
-    m = re.search(r"used = ([\d.]+) GB, percent = ([\d.]+)%", hit.line.text)
+    m = re.search(r"used = (\d+(?:\.\d+)?) GB, percent = (\d+(?:\.\d+)?)%", hit.line.text)
     if m:
         hit.scan.facts["host_memory_used_percent"] = Fact(float(m.group(2)), hit.line)
 
@@ -173,7 +173,7 @@ def _cpu_alloc(hit: Hit) -> None:
         hit.scan.add(hit.scan.cpu_alloc_failures, (hit.line, None))
 
 
-_MA = re.compile(r"MA ([\d.]+) GB\s+Max_MA ([\d.]+) GB\s+CA ([\d.]+) GB\s+Max_CA ([\d.]+) GB")
+_MA = re.compile(r"MA (\d+(?:\.\d+)?) GB\s+Max_MA (\d+(?:\.\d+)?) GB\s+CA (\d+(?:\.\d+)?) GB\s+Max_CA (\d+(?:\.\d+)?) GB")
 
 
 def _memory_report(hit: Hit) -> None:

@@ -29,7 +29,12 @@ _BUILD = re.compile(
     r"|ld returned 1 exit status|'[^']*/(?:gcc|g\+\+|c\+\+|nvcc)' failed with exit code"
     r"|/ld: cannot find|Command '\['(?:which', ')?(?:ninja|nvcc|gcc|g\+\+|c\+\+|cmake|make)'"
     r"|torch_extensions/[^:]*?/(\w+)\.so: undefined symbol"
+    r"|No module named '(?:deepspeed\.ops\.[\w.]*\.)?(\w+)_op'"
 )
+"""... and an op module the install never built: DeepSpeed's compiled ops load as `<op>_op` modules
+(`deepspeed.ops.adam.cpu_adam_op`: DeepSpeed issue 483, cpu_adam left out of the default install by
+PR 450; `PyInit_transformer_op`, issue 949), so a missing `*_op` module is a build to redo, not a
+version to change."""
 
 
 def _build(hit: Hit) -> None:
@@ -66,6 +71,7 @@ SIGNALS = (
             rb"vcc fatal",  # n-vcc; also without the colon: "nvcc fatal unsupported gpu architecture"
             rb"' failed with exit code",
             rb"No such file",
+            rb"No module named '",
         ),
         (_build,),
     ),

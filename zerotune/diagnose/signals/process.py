@@ -101,10 +101,13 @@ _INIT = re.compile(
     r"Using\s+\S+\s+as PyTorch extensions root|Loading extension module|Time to load \w+ op|Building extension module"
     r"|Initializing TorchBackend|Added key: store_based_barrier_key|NCCL INFO .*Init COMPLETE"
     r"|DeepSpeed info: version=|Waiting for \w+|Rank \d+ is waiting"
-    r"|\[(?:INFO|WARNING)\] \[(?:partition_parameters|parameter_offload|engine|stage3|stage_1_and_2)\.py:\d+:"
+    r"|\[(?:INFO|WARNING)\] \[(?:partition_parameters|parameter_offload|engine|stage3|stage_1_and_2)\.py:\d+:(?!step\])"
 )
 """Start-up lines: a log whose last DeepSpeed line is one of these, with no step and no error after
-it, stopped while the job was starting (a hang at init: an op build lock, a rendezvous, a barrier)."""
+it, stopped while the job was starting (a hang at init: an op build lock, a rendezvous, a barrier).
+Not the lines these modules log from the optimizer's `step` (ZeRO-3's "pytorch allocator cache flushes
+since last step" warning, `[WARNING] [stage3.py:2391:step]`): those come once per training step
+(DeepSpeedExamples#186, EasyContext#11)."""
 
 
 def _hang(hit: Hit) -> None:

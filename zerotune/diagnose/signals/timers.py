@@ -9,6 +9,10 @@ Who prints each line, at DeepSpeed 0.19.8 / transformers 4.x:
   (deepspeed/runtime/engine.py) at each optimizer-step boundary with wall_clock_breakdown on; the
   global fwd/bwd/step timers sum the step's micro-steps and are reset after printing. Older releases
   print the long names (`forward: ... | backward_allreduce: ...`, tests/fixtures/logs/real/ds1436*).
+  The engine logs its global timers together (engine_timers.global_timers), so a forward/backward
+  line without `step` is another framework's: Megatron-LM's timers print
+  `time (ms) | forward: 207.71 | backward: 3509.10 | optimizer: 38738.77 | batch generator: 4.65`
+  (DeepSpeed issue 650) and are not read as DeepSpeed's step.
 - `epoch=0/micro_step=10/global_step=10, RunningAvgSamplesPerSec=..., CurrSamplesPerSec=...,
   MemAllocated=0.07GB, MaxMemAllocated=1.36GB`: ThroughputTimer.stop (deepspeed/utils/timer.py) every
   steps_per_print optimizer steps; CurrSamplesPerSec = train batch size / that step's elapsed time.
@@ -18,7 +22,9 @@ Who prints each line, at DeepSpeed 0.19.8 / transformers 4.x:
   `200/200 [03:45<00:00,  1.13s/it]` once per optimizer step.
 - nvidia-smi's table: `|  40536MiB / 81920MiB |` per GPU (memory used / total).
 
-They come once per step per rank, so they are read in bulk per block (findall), not one by one.
+They come once per step per rank, so they are read in bulk per block (findall), not one by one. A number
+is digits with an optional fraction: prose quoting a field (`SamplesPerSec=...`) is not a figure and
+must not stop the scan.
 """
 
 from __future__ import annotations
@@ -30,8 +36,8 @@ from zerotune.diagnose.signals.signal import Block, BlockSignal
 
 _BREAKDOWN = re.compile(rb"time \(ms\) \|([^\n]*)")
 _STEP = re.compile(
-    rb"time \(ms\) \| (?:fwd|forward): ([\d.]+) \| (?:bwd|backward): ([\d.]+) \| (?:bwd_inner|backward_inner): ([\d.]+)"
-    rb" \| (?:bwd_allreduce|backward_allreduce): ([\d.]+) \| step: ([\d.]+)\s*$",
+    rb"time \(ms\) \| (?:fwd|forward): (\d+(?:\.\d+)?) \| (?:bwd|backward): (\d+(?:\.\d+)?) \| (?:bwd_inner|backward_inner): (\d+(?:\.\d+)?)"
+    rb" \| (?:bwd_allreduce|backward_allreduce): (\d+(?:\.\d+)?) \| step: (\d+(?:\.\d+)?)\s*$",
     re.M,
 )
 """The engine's per-step timer line in its usual form: summed column-wise without a Python loop."""
@@ -43,19 +49,19 @@ _BREAKDOWN_NAMES = {
     "backward_allreduce": "bwd_allreduce",
 }
 _THROUGHPUT = (
-    re.compile(rb"CurrSamplesPerSec=([\d.]+)"),  # DeepSpeed >= 0.6 timer line
-    re.compile(rb"'train_samples_per_second': ([\d.]+)"),  # HF Trainer's final metrics
+    re.compile(rb"CurrSamplesPerSec=(\d+(?:\.\d+)?)"),  # DeepSpeed >= 0.6 timer line
+    re.compile(rb"'train_samples_per_second': (\d+(?:\.\d+)?)"),  # HF Trainer's final metrics
 )
-_THROUGHPUT_OLD = re.compile(rb"SamplesPerSec=([\d.]+)")  # older DeepSpeed: no Curr/RunningAvg
-_MAXMEM = re.compile(rb"MaxMemAllocated=([\d.]+)GB")
+_THROUGHPUT_OLD = re.compile(rb"SamplesPerSec=(\d+(?:\.\d+)?)")  # older DeepSpeed: no Curr/RunningAvg
+_MAXMEM = re.compile(rb"MaxMemAllocated=(\d+(?:\.\d+)?)GB")
 
 
-_TQDM = re.compile(rb"\[[\d:]+<[\d:?]+, +([\d.]+)(s/it|it/s)")  # starts with a literal: a fast scan
+_TQDM = re.compile(rb"\[[\d:]+<[\d:?]+, +(\d+(?:\.\d+)?)(s/it|it/s)")  # starts with a literal: a fast scan
 """tqdm's bar: `12/200 [00:30<07:50,  2.50s/it]` (or `it/s` when faster than one a second)."""
 _HF_FINAL = {
-    "train_runtime_s": re.compile(rb"'train_runtime': ([\d.]+)"),
-    "train_steps_per_s": re.compile(rb"'train_steps_per_second': ([\d.]+)"),
-    "train_samples_per_s": re.compile(rb"'train_samples_per_second': ([\d.]+)"),
+    "train_runtime_s": re.compile(rb"'train_runtime': (\d+(?:\.\d+)?)"),
+    "train_steps_per_s": re.compile(rb"'train_steps_per_second': (\d+(?:\.\d+)?)"),
+    "train_samples_per_s": re.compile(rb"'train_samples_per_second': (\d+(?:\.\d+)?)"),
 }
 _SMI = re.compile(rb"(\d+)MiB +/ +(\d+)MiB")
 """nvidia-smi's Memory-Usage column."""
@@ -105,6 +111,8 @@ def _breakdown(block: Block, s: Scan) -> None:
                 values[_BREAKDOWN_NAMES.get(key, key)] = float(value)
             except ValueError:
                 continue
+        if ("fwd" in values or "bwd" in values) and "step" not in values:
+            continue  # not DeepSpeed's step line (below): e.g. Megatron's `forward | backward | optimizer`
         for name, value in values.items():
             _add(s, name, value, 1)
             _series(block, s, name, m.group(0)[:40], [value])
@@ -168,8 +176,12 @@ _PROGRESS = (
     b"'train_runtime'",
     b"it/s]",
     b"s/it]",
+    b"it/s,",
+    b"s/it,",
+    b"allocator cache flushes since last step",
 )
-"""Lines a training loop prints as it goes (timers, throughput, HF loss dicts, step lines, tqdm)."""
+"""Lines a training loop prints as it goes (timers, throughput, HF loss dicts, step lines, tqdm with or
+without a postfix after its rate: `1019.75s/it, loss=7.13]`, ZeRO-3's per-step cache-flush warning)."""
 
 
 def _progress(block: Block, s: Scan) -> None:
