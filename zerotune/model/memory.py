@@ -233,8 +233,15 @@ def estimate_memory(
         zero.offload_param.max_in_cpu,
     )
     params = states.params
-    if stage == 3 and zero.zero_hpz_partition_size > 1:
-        params += -(-facts.psi // zero.zero_hpz_partition_size) * sb.param  # hpZ secondary partition
+    # hpZ's secondary partition (psi / h elements of the 16-bit weights) lives on the partitions' remote
+    # device: `Init._partition_param_sec` allocates it with `device=self.remote_device`, which `Init.__init__`
+    # takes from `offload_param.device` (runtime/zero/partition_parameters.py, alike in v0.14.2 and v0.19.5;
+    # docs/deepspeed-facts.md, hpZ row).
+    # So it costs GPU memory only without parameter offload; with offload to CPU it is host memory.
+    hpz = zero.zero_hpz_partition_size if stage == 3 else 1
+    hpz_secondary = -(-facts.psi // hpz) * sb.param if hpz > 1 else 0
+    if par_dev == "none":
+        params += hpz_secondary
     acts = activation_phases(
         facts,
         workload.seq_len,
@@ -307,6 +314,7 @@ def estimate_memory(
     # host memory outside the optimizer-offload timeline: offloaded parameters without optimizer
     # offload, NVMe swap buffers, checkpoints kept in CPU memory
     host_static = (0 if offload else states.cpu) + offload_host_buffers(facts.psi, n_d, stage, zero, e)
+    host_static += hpz_secondary if par_dev == "cpu" else 0
     if workload.checkpoint_in_cpu and workload.activation_checkpointing:
         seq, micro = workload.seq_len, workload.micro_batch
         host_static += checkpoint_host_bytes(facts.num_layers, seq, micro, facts.hidden, precision)
