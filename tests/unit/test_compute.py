@@ -196,3 +196,21 @@ def test_workstation_profile_mfu_is_half_the_measured_matmul_ceiling(profile, pr
     assert matmul_tflops * 1e12 < 1.1 * peak  # not the FP16-accumulate rate (2x on GeForce)
     expected = 0.50 * min(matmul_tflops * 1e12 / peak, 1.0)
     assert hw.compute.mfu_assumption == pytest.approx(expected, abs=0.005)
+
+
+def test_tied_head_still_does_its_logits_matmul():
+    # bloom-560m ties its head to the embedding (one tensor, counted once), yet the forward still
+    # multiplies every token by the [V, h] matrix: 2·V·h FLOPs per token, as an untied head would.
+    # Independent count: 2 x (params - embedding lookups - norm/bias vectors) + 2·V·h, with attention off (s=0).
+    bloom = load_model("bloom-560m")
+    assert bloom.tied_embeddings and not any(layer.kind == "head" for layer in bloom.layers)
+    vectors = sum(t for layer in bloom.layers for t in layer.tensors if t <= 4 * bloom.hidden_size)
+    embedding = bloom.vocab_size * bloom.hidden_size
+    head = 2 * bloom.vocab_size * bloom.hidden_size
+    assert forward_flops_per_token(bloom, 0) == pytest.approx(2 * (bloom.params - embedding - vectors) + head, rel=1e-9)
+    # the logits matmul runs after the final norm: on the last layer, never recomputed
+    last = model_flops(bloom)[-1]
+    assert bloom.layers[-1].kind == "norm" and last.matmul_flops == head
+    assert training_flops_per_token(bloom, 0, recompute=True) - training_flops_per_token(bloom, 0) == pytest.approx(
+        sum(f.matmul_flops for f in model_flops(bloom) if f.kind == "block")
+    )

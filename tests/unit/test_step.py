@@ -629,3 +629,26 @@ def test_hf_moe_loop_block_launches_its_experts_one_by_one(dgx):
     ).step_time_s
     # loop blocks are synced (host + device); grouped ones overlap (the larger): compare host seconds alone
     assert looped > 2.5 * grouped
+
+
+def test_a_pass_runs_the_device_queue_as_the_host_fills_it():
+    """Kernel launches return before the kernels run (CUDA Programming Guide §2.3), so a device-bound
+    layer lets the host queue the next layers' kernels meanwhile: backward's head (device-heavy, first)
+    hides the launches of the launch-bound blocks after it. Per-layer maxima would add the two."""
+    from zerotune.model.overheads import layer_seconds, pass_seconds
+
+    head_d, block_d, block_h = 0.030, 0.001, 0.004  # a 250k-vocab head's gradient matmuls; 10 launch-bound blocks
+    device = (block_d,) * 10 + (head_d,)
+    host = (block_h,) * 10 + (0.0,)
+    flags = (False,) * 11
+    backward = sum(pass_seconds(device, host, flags, reverse=True))
+    # the host queues all ten blocks (40 ms) while the device runs the head (30 ms) and then the blocks
+    assert backward == pytest.approx(max(head_d + 10 * block_d, 10 * block_h))
+    assert backward < sum(layer_seconds(d, h, False) for d, h in zip(device, host, strict=True))
+    # forward: the head comes last, after the launches it waits for: nothing to hide
+    forward = sum(pass_seconds(device, host, flags, reverse=False))
+    assert forward == pytest.approx(10 * block_h + head_d)
+    # layers all on one side: the per-layer maxima; serial (a CPU host): the sums
+    uniform = pass_seconds((0.002,) * 4, (0.001,) * 4, (False,) * 4, reverse=True)
+    assert uniform == pytest.approx((0.002,) * 4)
+    assert sum(pass_seconds(device, host, (True,) * 11, reverse=True)) == pytest.approx(sum(device) + sum(host))

@@ -172,7 +172,17 @@ def layer_flops(model: ModelSpec, layer: LayerSpec) -> LayerFlops:
 
 
 def model_flops(model: ModelSpec) -> tuple[LayerFlops, ...]:
-    return tuple(layer_flops(model, layer) for layer in model.layers)
+    """Per layer, in forward order. A tied head has no layer of its own (its weight is the embedding's,
+    counted once: zerotune/catalog/architectures.py), but its logits matmul runs all the same: HF's
+    `lm_head` is an nn.Linear whose weight is the embedding's Parameter (`PreTrainedModel.tie_weights`),
+    called after the final norm. Its 2·V·h FLOPs per token go to the model's last layer, where the
+    forward computes them (no recompute: not a block)."""
+    flops = [layer_flops(model, layer) for layer in model.layers]
+    if model.tied_embeddings and flops and not any(layer.kind == "head" for layer in model.layers):
+        last = flops[-1]
+        head = 2.0 * model.vocab_size * model.hidden_size
+        flops[-1] = LayerFlops(last.name, last.kind, last.matmul_flops + head, last.attention_flops_per_seq)
+    return tuple(flops)
 
 
 def forward_flops_per_token(model: ModelSpec, seq_len: int) -> float:

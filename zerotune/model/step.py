@@ -54,7 +54,7 @@ from zerotune.model.compute import (
 )
 from zerotune.model.offload import checkpoint_copy_s
 from zerotune.model.optimizer import optimizer_step
-from zerotune.model.overheads import Overheads, layer_seconds, overhead_notes, overheads
+from zerotune.model.overheads import Overheads, layer_seconds, overhead_notes, overheads, pass_seconds
 from zerotune.model.setup import Prepared, StepSetup, prepare
 from zerotune.model.timeline import Event, Timeline
 from zerotune.schema.hardware import HardwareProfile
@@ -183,12 +183,18 @@ def _compute_times(prep: Prepared, workload: Workload, hardware: HardwareProfile
 
 
 def _hooked(
-    times: tuple[float, ...], host: tuple[float, ...], serial: bool | tuple[bool, ...], on: bool
+    times: tuple[float, ...], host: tuple[float, ...], serial: bool | tuple[bool, ...], on: bool,
+    reverse: bool | None = None,
 ) -> tuple[float, ...]:
+    """Per-layer seconds with host work: a whole pass through the device's queue (`pass_seconds`;
+    `reverse`: backward's order), or, with `reverse` None, layer by layer (`layer_seconds`: host work
+    joining a pass already composed, stage 1/2's gradient hooks)."""
     if not on or not any(host):
         return times
     flags = serial if isinstance(serial, tuple) else (serial,) * len(times)
-    return tuple(layer_seconds(t, h, f) for t, h, f in zip(times, host, flags, strict=True))
+    if reverse is None:
+        return tuple(layer_seconds(t, h, f) for t, h, f in zip(times, host, flags, strict=True))
+    return pass_seconds(times, host, flags, reverse)
 
 
 def synced_blocks(prep: Prepared, workload: Workload, hardware: HardwareProfile) -> tuple[bool, ...]:
@@ -261,10 +267,10 @@ def predict_step(
     hooks = oh.module_hook_s if stage == 3 else (0.0,) * len(fwd_s)
     synced = tuple(serial or x for x in synced_blocks(prep, workload, hardware))
     bwd_synced = synced if workload.activation_checkpointing else serial
-    fwd_r = _hooked(fwd_s, tuple(a + b for a, b in zip(oh.launch_s, hooks, strict=True)), synced, True)
-    bwd_r = _hooked(bwd_s, tuple(recompute * a + b for a, b in zip(oh.launch_s, hooks, strict=True)), bwd_synced, True)
+    fwd_r = _hooked(fwd_s, tuple(a + b for a, b in zip(oh.launch_s, hooks, strict=True)), synced, True, False)
+    bwd_r = _hooked(bwd_s, tuple(recompute * a + b for a, b in zip(oh.launch_s, hooks, strict=True)), bwd_synced, True, True)
     bwd_r = _hooked(bwd_r, oh.grad_hook_s, serial, stage == 2 or (stage == 1 and zero.overlap_comm))
-    plain_busy = sum(fwd_r) + sum(bwd_r if stage in (2, 3) else _hooked(bwd_s, tuple(recompute * a for a in oh.launch_s), serial, True))
+    plain_busy = sum(fwd_r) + sum(bwd_r if stage in (2, 3) else _hooked(bwd_s, tuple(recompute * a for a in oh.launch_s), serial, True, True))
     elem = DTYPE_BYTES[workload.precision]
     offload = zero.offload_optimizer.device != "none" and stage >= 1
     host = hardware.host
