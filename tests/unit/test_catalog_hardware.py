@@ -249,7 +249,7 @@ def test_unknown_name_suggests_close_names() -> None:
 @pytest.mark.parametrize(
     ("typed", "expected", "not_offered"),
     [
-        ("a10g", ["g5-12xlarge", "g5-48xlarge"], "dgx-a100"),  # difflib alone offered the A100 profiles
+        ("a10g", ["g5-12xlarge", "g5-48xlarge", "g5-4xlarge-tcp"], "dgx-a100"),  # difflib alone offered the A100 profiles
         ("L4", ["g6-12xlarge", "g6-48xlarge"], "8xl40s-pcie"),
         ("h100-pcie", ["8xh100-pcie"], "8xa100-pcie"),
         ("RTX 6000", ["8xrtx6000ada"], "8xa6000"),  # the RTX A6000 is another card
