@@ -66,7 +66,7 @@ from zerotune.units import GiB
 ONE_RUN_ERROR_PCT = 21.9
 """Expected step-time error of a profile calibrated on one run, for the machine's other jobs of any kind:
 the mean absolute throughput error of calibrating on one run of a published source and predicting its
-others, 21.9% over 420 pairs of 34 sources, median 11.6%, 14.5% averaged per source
+others, 21.9% over 422 pairs of 35 sources, median 11.7%, 15.0% averaged per source
 (scripts/evidence/calibrate_from_log.py --write, recorded in data/evidence/calibrate_from_log.json;
 2026-11-28, the run's step time shared among the terms by their shares of it, zerotune/calibrate/shares.py,
 the host<->device copy rate one of them: 22.61% -> 22.57%; 22.5% with the DeepSpeed-Reflow source added; 21.9%
@@ -88,10 +88,10 @@ length, accumulation or buckets differ): 10.3% mean over 228 pairs of 29 sources
 session's landings, and the copy-rate term does not move it). The largest left: BELLE#402's 512 against
 1024-token runs (56%), predicted at the same step time on TITAN RTX."""
 
-ONE_RUN_OTHER_JOB_ERROR_PCT = 35.6
-"""The rest of those pairs (another model, stage, offload or checkpointing): 35.6% over 192 pairs, from
-41.3% uncalibrated (41.1% with one factor); another stage 24.5% (106 pairs), offload 47.1% (8; 50.0%
-before the copy rate was a term), another model 53.8% (70); 37.0 / 26.0 / 48.3 / 55.3% before a tied head's
+ONE_RUN_OTHER_JOB_ERROR_PCT = 35.5
+"""The rest of those pairs (another model, stage, offload or checkpointing): 35.5% over 194 pairs (2 from
+the published runs added on 2026-11-28), from 41.1% uncalibrated; another stage 24.5% (106 pairs), offload
+47.1% (8; 50.0% before the copy rate was a term), another model 53.2% (72); 37.0 / 26.0 / 48.3 / 55.3% before a tied head's
 logits matmul was counted and a pass composed through the device queue. The terms a run exercises carry its miss
 to jobs whose mix of costs the model gets the same way; a job the model costs differently (its share of
 fixed cost, of launches, of CPU Adam) keeps the model's own miss for the terms the run did not exercise

@@ -61,9 +61,9 @@ WORKLOAD_OPTIONS = (
 
 SAFETY_MARGIN = 0.10
 """Predicted peak x (1 + margin) must fit (zerotune.model.fit). The margin covers the caching allocator's
-fragmentation spikes and part of the memory model's own error. Measured against the 84 published memory
-figures (scripts/evidence/loso.py, data/evidence/loso.json, 2026-11-28): memory MAPE 11.8%, median error
-+0.2%; 68 of the 84 are under-predicted by less than this margin covers (predicted x 1.1 >= measured), 16 by
+fragmentation spikes and part of the memory model's own error. Measured against the 87 published memory
+figures (scripts/evidence/loso.py, data/evidence/loso.json, 2026-11-28): memory MAPE 11.6%, median error
+-0.2%; 70 of the 87 are under-predicted by less than this margin covers (predicted x 1.1 >= measured), 17 by
 more (to -77%): the margin is a choice, not a bound, and each prediction states its category's memory band
 (zerotune/model/band.py). PyTorch documents that reserved memory runs above allocated by fragmentation
 the allocator cannot return (torch.cuda memory management notes). One number for every command, so a
