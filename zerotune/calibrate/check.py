@@ -62,8 +62,11 @@ testbed over five stability series of 10 rounds each (2026-11-25, 11-27 19:04, 2
 git da29b6f d3d02a5 50ab3ec c3deecf 3016f3d, data/evidence/calibration_runs/): the median over the 6
 held-out configs of their step time's CV across the 10 fresh launches, against the median step CV of
 the quiet rounds' design runs: 3.1 vs 2.3, 2.9 vs 2.8, 4.0 vs 2.3, 9.9 vs 4.1, 8.5 vs 5.4, ratios 1.02-2.41,
-median 1.6 (scripts/evidence/calibration_replay.py --launch prints the table); the next series, not used
-for it (2026-11-28 01:41, data/evidence/calibration_runs/ now), measured 9.3 vs 6.1, 1.53. The machine's speed moves
+median 1.6 (scripts/evidence/calibration_replay.py --launch prints the table); the series after it, not used
+for it, measured 9.3 vs 6.1 (2026-11-28 01:41, data/evidence/calibration_runs/), 8.3 vs 4.3 (02:51), and on a
+quiet VM 2.5 vs 3.0 and 2.2 vs 3.3 (04:16, 04:37; data/evidence/calibration_series/): ratios 1.53, 1.94, 0.86,
+0.68, the median of all nine 1.53. On a quiet VM the rule therefore states more than launches spread (its
+refusals there are the cautious side: every refused quiet round of those two series was inside the band). The machine's speed moves
 on the scale of seconds to minutes (other tenants of the host; no steal time is reported), which a
 run's own steps see in part and a later launch sees whole: a quiet VM (step CV ~2%) keeps launches
 within ~3%, a noisy one (step CV ~5%) spreads them 8-10%."""
