@@ -66,8 +66,8 @@ median 1.6 (scripts/evidence/calibration_replay.py --launch prints the table); t
 for it, measured 9.3 vs 6.1 (2026-11-28 01:41, data/evidence/calibration_runs/), 8.3 vs 4.3 (02:51), and on a
 quiet VM 2.5 vs 3.0 and 2.2 vs 3.3 (04:16, 04:37; data/evidence/calibration_series/): ratios 1.53, 1.94, 0.86,
 0.68, the median of all nine 1.53. On a quiet VM the rule therefore states more than launches spread (its
-refusals there are the cautious side: every refused quiet round of those two series was inside the band). The machine's speed moves
-on the scale of seconds to minutes (other tenants of the host; no steal time is reported), which a
+refusals there are the cautious side: every refused quiet round of those two series was inside the band).
+The machine's speed moves on the scale of seconds to minutes (other tenants of the host; no steal time is reported), which a
 run's own steps see in part and a later launch sees whole: a quiet VM (step CV ~2%) keeps launches
 within ~3%, a noisy one (step CV ~5%) spreads them 8-10%."""
 
