@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from zerotune.diagnose.records import Scan
 from zerotune.diagnose.report import Diagnosis, MemoryCheck, StepCheck, TimerCheck
@@ -20,6 +20,9 @@ from zerotune.schema.job import SAFETY_MARGIN, modelled_optimizer
 from zerotune.schema.model import ModelSpec
 from zerotune.schema.workload import DEFAULT_SEQ_LEN, Workload
 from zerotune.units import fmt_bytes
+
+if TYPE_CHECKING:
+    from zerotune.model.step import StepEstimate
 
 OOM_PHASES: dict[str, tuple[str, tuple[str, ...]]] = {
     "activations_forward": ("activations", ("forward",)),
@@ -361,7 +364,7 @@ def breakdown_means(scan: Scan) -> dict[str, float]:
     return {name: acc[0] / acc[1] for name, acc in scan.breakdown.items() if acc[1]}
 
 
-def timer_checks(mean: dict[str, float], est: Any, expected: float) -> list[TimerCheck]:
+def timer_checks(mean: dict[str, float], est: StepEstimate, expected: float) -> list[TimerCheck]:
     """The exposed-communication and optimizer timers against the step model's times for them.
 
     DeepSpeed's `step` timer spans the optimizer step with its blocking offload copies and, under
