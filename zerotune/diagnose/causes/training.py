@@ -186,12 +186,10 @@ def breakdown_note(scan: Scan) -> str | None:
     if compute <= 0:
         return None
     parts = [
-        f"{_SLOW_TIMER_TEXT[name]} {mean[name]:.0f} ms ({mean[name] / compute:.0%} on top)"
-        for name in ("bwd_allreduce", "step")
-        if name in mean
+        f"{name} {mean[name]:.0f} ms ({mean[name] / compute:.0%} on top)" for name in ("bwd_allreduce", "step") if name in mean
     ]
     return (
-        f"wall_clock_breakdown: forward + backward compute {compute:.0f} ms per step; "
+        f"wall_clock_breakdown: forward + backward compute {compute:.0f} ms per step, "
         + "; ".join(parts)
         + ". What these should cost depends on the job (model, batch, ZeRO stage, offload, hardware), and "
         "their ratio to the compute does not tell slow runs from healthy ones: pass --model, --config and "
