@@ -5,7 +5,8 @@ exit 0, and causes without a fix.
     PYTHONPATH=. .venv/bin/python scripts/evidence/diagnose_accuracy.py --wrong  # and each miss
 
 Corpora (tests/fixtures/logs/): manifest.yaml (real/, holdout/, synthetic/: `file`, `class`) and,
-where present, threads.yaml (threads/: `file`, `url`, `class`, `facts`, `fix`). A log's `## ` header
+where present, threads.yaml (threads/: `file`, `url`, `class`, `facts`, `fix`, and `job`: the job options
+the thread states, passed to diagnose as a user would pass them). A log's `## ` header
 lines (source, cause, trimming) are removed before it is diagnosed. tests/unit/test_diagnose_accuracy.py
 asserts the overall floor and that no failed run exits 0.
 """
@@ -35,6 +36,9 @@ class Case:
     first_sight: str | None = None
     """diagnose's answer the first time it saw the log, before any change made for it (threads.yaml
     `first_sight`, recorded for the rounds collected after the engine existed)"""
+    job: tuple[tuple[str, object], ...] = ()
+    """the job options the thread states (threads.yaml `job`: diagnose's --model/--params/--config/
+    --profile/...), passed as a user would; without them diagnose judges from the log alone"""
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,7 @@ def cases(logs: Path = LOGS) -> list[Case]:
                 e["class"],
                 e.get("failed", e["class"] not in ("none", "slow")),
                 e.get("first_sight"),
+                tuple((e.get("job") or {}).items()),
             )
             for e in entries
         ]
@@ -79,7 +84,10 @@ def body(path: Path) -> bytes:
 
 
 def run(case: Case) -> Outcome:
-    report, _ = analyse(io.BytesIO(body(case.path)), case.path.name, Options())
+    job = dict(case.job)
+    if "config" in job:
+        job["config"] = str(case.path.parents[1] / str(job["config"]))
+    report, _ = analyse(io.BytesIO(body(case.path)), case.path.name, Options(**job))  # type: ignore[arg-type]
     d = report.diagnosis
     fix = report.fix is not None and bool(report.fix.changes or report.fix.text)
     return Outcome(case, d.cause, report.exit_code, fix)

@@ -153,7 +153,6 @@ def test_slow_step_is_compared_with_the_step_model(tmp_path: Path) -> None:
     ]
     cfg = _stage2_config(tmp_path)
     report = diagnose(("\n".join(lines) + "\n").encode(), model="llama-7b", config=str(cfg), world_size=8)
-    assert report.diagnosis.cause == "slow"
     assert report.step is not None
     assert report.step.measured_ms == pytest.approx((300 + 900 + 50 + 320 + 940 + 50) / 2)
     assert report.step.measured_exposed_comm_ms == pytest.approx(400.0)
@@ -412,8 +411,10 @@ def test_github_annotation_points_at_the_evidence_line(tmp_path: Path) -> None:
     assert line.startswith("::error file=")
     assert "train%2C 1.log,line=3,title=zerotune diagnose%3A GPU out of memory" in line
     assert "\n" not in line
+    stated = ["--params", "1.35e9", "--profile", "8xrtx3090", "--gpus", "1",
+              "--config", str(LOGS / "configs" / "ds1635_zero3_cpu_offload_fp16.json")]  # fmt: skip
     slow = CliRunner().invoke(
-        app, ["diagnose", "-", "--format", "github"], input=body("synthetic", "bench_healthy.log")
+        app, ["diagnose", "-", "--format", "github", *stated], input=body("threads", "ds1635_cpu_adam_step_timers.log")
     )
     assert slow.exit_code == 1 and slow.stdout.startswith("::warning ")
     healthy = CliRunner().invoke(app, ["diagnose", "-", "--format", "github"], input=b"all good\n")

@@ -195,7 +195,7 @@ def test_every_failed_log_of_the_corpus_exits_1_with_a_fix() -> None:
     for kind in ("real", "holdout", "synthetic"):
         for entry in MANIFEST[kind]:
             report = diagnose(body(kind, entry["file"]))
-            if entry["class"] == "none":
+            if entry["class"] in ("none", "slow"):  # a slow run did not fail: judged only with its job
                 continue
             assert report.exit_code == 1, entry["file"]
             assert report.fix is not None and (report.fix.changes or report.fix.text), entry["file"]

@@ -11,9 +11,9 @@ from dataclasses import dataclass, fields
 from typing import Any, BinaryIO
 
 from zerotune.diagnose import advice, explain, fix_search, rejected
-from zerotune.diagnose.causes import classify
+from zerotune.diagnose.causes import classify, training
 from zerotune.diagnose.records import Scan
-from zerotune.diagnose.report import Diagnosis, FactOut, Report
+from zerotune.diagnose.report import Diagnosis, FactOut, Report, StepCheck
 from zerotune.diagnose.scan import scan_stream
 from zerotune.diagnose.signals import facts
 from zerotune.dsconfig.settings import resolve
@@ -204,7 +204,10 @@ def analyse(stream: BinaryIO, name: str, options: Options) -> tuple[Report, dict
     scan = scan_stream(stream)
     notes: list[str] = []
     job = read_job(scan, options, notes)
-    diagnosis = classify(scan, offload_configured=_offload_configured(job.config))
+    offload = _offload_configured(job.config)
+    step = _step(scan, job, options, notes)
+    judged = training.slow(scan, step, offload or bool(scan.offload_hints)) if step and step.profile_said else None
+    diagnosis = classify(scan, offload_configured=offload, judged=(judged,) if judged else ())
     oom_capacity = diagnosis.oom.capacity_bytes if diagnosis.oom else None
     if (
         options.profile is not None
@@ -223,6 +226,7 @@ def analyse(stream: BinaryIO, name: str, options: Options) -> tuple[Report, dict
         diagnosis=diagnosis,
         facts=_facts(scan, job, options),
         notes=notes,
+        step=step,
     )
     fixed: dict[str, Any] | None = None
     try:
@@ -285,14 +289,6 @@ def _explain(
                 report.fix, fixed = found
             elif diagnosis.oom is not None and diagnosis.oom.phase != "checkpoint_save":
                 notes.append(f"no change of at most {fix_search.MAX_KNOBS} keys is predicted to fit")
-    if diagnosis.cause == "slow" or (scan.breakdown and _model_said(options)):
-        if job.hardware is None and job.spec is not None and job.config is not None:
-            job.hardware = _hardware(job, options, None, notes)
-        report.step = explain.step_check(job, scan)
-        if report.step is None and diagnosis.cause == "slow":
-            notes.append(
-                "pass --model and --config (and --profile) to compare the step with zerotune's prediction"
-            )
     if diagnosis.cause == "host_oom" and job.spec is not None and job.config is not None:
         notes.append(explain.host_memory_text(job))
     if report.fix is None and diagnosis.cause != "none":
@@ -321,6 +317,35 @@ def _explain(
             "zero_to_fp32.py, or free GPU memory before saving"
         )
     return fixed
+
+
+def _step(scan: Scan, job: explain.Job, options: Options, notes: list[str]) -> StepCheck | None:
+    """The wall_clock_breakdown against the step model when the job (model and config) is known; a
+    verdict needs the hardware said (--profile): against an assumed profile the comparison is a note.
+    Without the job, the breakdown in words (training.breakdown_note), no verdict."""
+    if not scan.breakdown:
+        return None
+    step = None
+    if job.spec is not None and job.config is not None:
+        try:
+            # its notes (which profile) are written once, where analyse resizes the profile for the job
+            job.hardware = job.hardware or _hardware(job, options, None, [])
+            step = explain.step_check(job, scan, profile_said=options.profile is not None)
+        except (ValueError, TypeError, LookupError, ArithmeticError) as exc:
+            notes.append(f"the step could not be modelled ({type(exc).__name__}: {exc})"[:300])
+    if step is None:
+        note = training.breakdown_note(scan)
+        if note:
+            notes.append(note)
+    elif not step.profile_said and any(t.slow for t in step.timers):
+        over = ", ".join(
+            f"{t.timer} {t.measured_ms:.0f} ms vs {t.predicted_ms:.0f} ms predicted" for t in step.timers if t.slow
+        )
+        notes.append(
+            f"on the assumed profile {job.hardware.name if job.hardware else ''} the step model puts {over} "
+            "beyond its expected error: pass --profile (the run's hardware) for a verdict"
+        )
+    return step
 
 
 def _world_from_batch(scan: Scan) -> tuple[int, str] | None:

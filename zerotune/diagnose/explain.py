@@ -10,16 +10,19 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from zerotune.diagnose.records import Scan
-from zerotune.diagnose.report import Diagnosis, MemoryCheck, StepCheck
+from zerotune.diagnose.report import Diagnosis, MemoryCheck, StepCheck, TimerCheck
 from zerotune.dsconfig.settings import ResolvedConfig, ZeroSettings, resolve
 from zerotune.schema.hardware import HardwareProfile
 from zerotune.schema.job import SAFETY_MARGIN, modelled_optimizer
 from zerotune.schema.model import ModelSpec
 from zerotune.schema.workload import DEFAULT_SEQ_LEN, Workload
 from zerotune.units import fmt_bytes
+
+if TYPE_CHECKING:
+    from zerotune.model.step import StepEstimate
 
 OOM_PHASES: dict[str, tuple[str, tuple[str, ...]]] = {
     "activations_forward": ("activations", ("forward",)),
@@ -303,12 +306,13 @@ def expected_step_error(spec: ModelSpec, hardware: HardwareProfile, workload: Wo
     return (pct if pct is not None else CATALOG_ERROR_PCT) / 100
 
 
-def step_check(job: Job, scan: Scan) -> StepCheck | None:
+def step_check(job: Job, scan: Scan, profile_said: bool = False) -> StepCheck | None:
     """The measured mean step (fwd + bwd + step of DeepSpeed's wall_clock_breakdown, which sums the
-    micro-steps of one optimizer step) against predict_step on the same job."""
+    micro-steps of one optimizer step) against predict_step on the same job, and each timer outside
+    the compute against the model's time for it (`timer_checks`)."""
     from zerotune.model.step import predict_step
 
-    mean = {name: acc[0] / acc[1] for name, acc in scan.breakdown.items() if acc[1]}
+    mean = breakdown_means(scan)
     if (
         job.config is None
         or job.spec is None
@@ -320,17 +324,18 @@ def step_check(job: Job, scan: Scan) -> StepCheck | None:
     measured = mean["fwd"] + mean["bwd"] + mean.get("step", 0.0)
     exposed = mean.get("bwd_allreduce")
     workload, zero = workload_for(job.config, job), resolved(job.config, job).zero
-    est = predict_step(job.spec, workload, zero, job.hardware)
+    est = predict_step(job.spec, workload, zero, job.hardware, detail=True)
     predicted = est.step_time_s * 1000
+    expected = expected_step_error(job.spec, job.hardware, workload, zero)
+    timers = timer_checks(mean, est, expected)
     text = (
         f"Measured step {measured:.0f} ms (mean of wall_clock_breakdown), predicted {predicted:.0f} ms on "
-        f"{job.hardware.name} ({est.bottleneck}-bound; exposed communication {est.exposed_comm_s * 1000:.0f} ms, "
-        f"optimizer {est.optimizer_s * 1000:.0f} ms)"
+        f"{job.hardware.name}{'' if profile_said else ' (assumed: no --profile)'} ({est.bottleneck}-bound; "
+        f"exposed communication {est.exposed_comm_s * 1000:.0f} ms, optimizer {est.optimizer_s * 1000:.0f} ms)"
     )
     if exposed is not None:
         text += f"; measured exposed all-reduce {exposed:.0f} ms"
     ratio = measured / predicted if predicted > 0 else math.inf
-    expected = expected_step_error(job.spec, job.hardware, workload, zero)
     if ratio > 1 + expected:
         text += (
             f". The run is {ratio:.1f}x slower than the model expects (beyond its ±{expected:.0%} expected error): "
@@ -348,7 +353,45 @@ def step_check(job: Job, scan: Scan) -> StepCheck | None:
         predicted_optimizer_ms=est.optimizer_s * 1000,
         bottleneck=est.bottleneck,
         text=text,
+        expected_error=expected,
+        profile_said=profile_said,
+        timers=timers,
     )
+
+
+def breakdown_means(scan: Scan) -> dict[str, float]:
+    """Each wall_clock_breakdown timer's mean over the lines the scan kept (ms)."""
+    return {name: acc[0] / acc[1] for name, acc in scan.breakdown.items() if acc[1]}
+
+
+def timer_checks(mean: dict[str, float], est: StepEstimate, expected: float) -> list[TimerCheck]:
+    """The exposed-communication and optimizer timers against the step model's times for them.
+
+    DeepSpeed's `step` timer spans the optimizer step with its blocking offload copies and, under
+    ZeRO-1/2, the post-step parameter all-gather (0.19.8: runtime/engine.py:3586 starts the step
+    timers around _take_model_step; zero/stage_1_and_2.py:3155 all-gathers inside its step), so its
+    prediction is optimizer + offload transfer + the step-phase collectives; `bwd_allreduce` is the
+    reduction the backward pass waits for, at most the model's whole exposed communication. Both are
+    the model's upper readings of the timer, so a timer over them is not the split being drawn
+    differently. A timer is slow when it exceeds its prediction by more than the job's expected
+    step-time error (`expected_step_error`) of the predicted step: the band predict states is an
+    error on the whole step, so a timer's excess within it is the model's usual error."""
+    step_comm = sum(c.total_s for c in est.collectives if c.phase == "step")
+    predicted = {
+        "bwd_allreduce": est.exposed_comm_s * 1000,
+        "step": (est.optimizer_s + est.offload_s + step_comm) * 1000,
+    }
+    allowed = expected * est.step_time_s * 1000
+    return [
+        TimerCheck(
+            timer=name,
+            measured_ms=mean[name],
+            predicted_ms=predicted[name],
+            slow=mean[name] - predicted[name] > allowed,
+        )
+        for name in ("bwd_allreduce", "step")
+        if name in mean
+    ]
 
 
 def host_memory_text(job: Job) -> str:

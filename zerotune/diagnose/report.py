@@ -135,6 +135,15 @@ class MemoryCheck(_Model):
     text: str
 
 
+class TimerCheck(_Model):
+    """One wall_clock_breakdown timer outside the compute against the step model's time for it."""
+
+    timer: str = Field(description="bwd_allreduce (the exposed gradient reduction) | step (the optimizer step)")
+    measured_ms: float
+    predicted_ms: float
+    slow: bool = Field(description="over the prediction by more than the job's expected error of the step")
+
+
 class StepCheck(_Model):
     """The measured step (wall_clock_breakdown means) against zerotune's step-time model."""
 
@@ -145,6 +154,9 @@ class StepCheck(_Model):
     predicted_optimizer_ms: float
     bottleneck: str
     text: str
+    expected_error: float = Field(0.0, description="the step-time error predict quotes for this job (fraction)")
+    profile_said: bool = Field(False, description="the hardware is --profile's, not an assumed one")
+    timers: list[TimerCheck] = Field(default_factory=list)
 
 
 class LintFinding(_Model):

@@ -54,7 +54,6 @@ CAUSES: tuple[CauseRule, ...] = (
     CauseRule("nccl_timeout", ("collectives",), collectives.nccl_timeout, consequence=True),
     CauseRule("nccl_error", ("collectives",), collectives.nccl_error, consequence=True),
     CauseRule("hang", ("hangs",), stopped.hang, consequence=True),
-    CauseRule("slow", ("breakdown",), training.slow, consequence=True),
     CauseRule("slow", ("nccl_transport",), collectives.socket_transport, consequence=True),
     CauseRule("fp16_overflow", ("fp16",), training.fp16_overflow_seen, consequence=True),
     *(CauseRule(cause, ("frame_causes",), stopped.located(cause), fallback=True) for cause in stopped.LOCATED_TEXT),
@@ -67,8 +66,12 @@ CAUSES: tuple[CauseRule, ...] = (
 """Most specific first: the tie-break between causes shown by the same line."""
 
 
-def classify(scan: Scan, *, offload_configured: bool = False) -> Diagnosis:
-    found: list[tuple[bool, int, int, Diagnosis]] = []
+def classify(scan: Scan, *, offload_configured: bool = False, judged: tuple[Diagnosis, ...] = ()) -> Diagnosis:
+    """The primary cause and the others seen. `judged`: consequences the caller found against a model
+    of the job (a slow step, training.slow), ranked as the table's consequence rows are."""
+    found: list[tuple[bool, int, int, Diagnosis]] = [
+        (True, d.line if d.line is not None else scan.lines + 1, len(CAUSES), d) for d in judged
+    ]
     for index, rule in enumerate(CAUSES):
         if (rule.fallback and found) or not any(getattr(scan, name) for name in rule.signals):
             continue

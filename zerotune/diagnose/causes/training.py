@@ -5,9 +5,7 @@ from __future__ import annotations
 
 from zerotune.diagnose.causes.evidence import evidence
 from zerotune.diagnose.records import Scan
-from zerotune.diagnose.report import (
-    Diagnosis,
-)
+from zerotune.diagnose.report import Diagnosis, StepCheck
 
 MIN_LOSS_SCALE = 1.0
 """DeepSpeed's default fp16 `min_loss_scale` (deepspeed/runtime/precision_config.py at 0.19.8): a
@@ -144,49 +142,33 @@ def zero3_param(scan: Scan, offload_configured: bool) -> Diagnosis | None:
     )
 
 
-SLOW_SHARE = 0.20
-"""A timer outside the model's compute (the exposed gradient all-reduce, the optimizer step, the
-post-step all-gather) that adds this share on top of the compute (forward + backward compute) is
-called out as "slow". A judgement threshold, not a measured constant: below it the step is
-dominated by compute and the ZeRO knobs have little to gain."""
-
-
-def slow_share(scan: Scan) -> tuple[str, float, float] | None:
-    """(timer, its mean ms, its share of the compute) for the exposed-communication or optimizer
-    timer over SLOW_SHARE of the mean compute (fwd + bwd_inner) in wall_clock_breakdown lines."""
-    mean = {name: acc[0] / acc[1] for name, acc in scan.breakdown.items() if acc[1]}
-    total = mean.get("fwd", 0.0) + mean.get("bwd_inner", mean.get("bwd", 0.0))
-    if total <= 0:
-        return None
-    best = None
-    for name in ("bwd_allreduce", "step", "optimizer_allgather", "optimizer_step"):
-        if name in mean and mean[name] / total >= SLOW_SHARE:
-            share = mean[name] / total
-            if best is None or share > best[2]:
-                best = (name, mean[name], share)
-    return best
-
-
 _SLOW_TIMER_TEXT = {
     "bwd_allreduce": "the gradient all-reduce after the backward pass is exposed (not overlapped)",
     "step": "the optimizer step",
-    "optimizer_allgather": "the post-step parameter all-gather",
-    "optimizer_step": "the optimizer step",
 }
 
 
-def slow(scan: Scan, offload_configured: bool) -> Diagnosis | None:
-    slow = slow_share(scan)
-    if slow is None:
+def slow(scan: Scan, step: StepCheck, offload_known: bool) -> Diagnosis | None:
+    """A slow step, judged against the step model on the job (explain.step_check): the timers over
+    their prediction by more than the job's expected error, with both numbers. Without the job there
+    is no verdict (`breakdown_note`): the timers' ratio to the compute does not tell a slow run from a
+    healthy one in the scored corpus (docs/commands/diagnose.md, "Slow step")."""
+    over = [t for t in step.timers if t.slow]
+    if not over:
         return None
-    name, ms, share = slow
+    worst = max(over, key=lambda t: t.measured_ms - t.predicted_ms)
+    parts = [
+        f"{_SLOW_TIMER_TEXT[t.timer]}: {t.measured_ms:.0f} ms per step measured, {t.predicted_ms:.0f} ms predicted"
+        for t in sorted(over, key=lambda t: t.predicted_ms - t.measured_ms)
+    ]
     text = (
-        f"{_SLOW_TIMER_TEXT[name]}: {ms:.0f} ms per step, {share:.0%} on top of the forward and backward "
-        "compute (wall_clock_breakdown)."
+        "; ".join(parts)
+        + f" (wall_clock_breakdown against zerotune's step model; its expected error for this job is "
+        f"±{step.expected_error:.0%} of the {step.predicted_ms:.0f} ms step)."
     )
-    if name == "bwd_allreduce":
+    if worst.timer == "bwd_allreduce":
         text += " overlap_comm, larger reduce buckets or fewer gradient-accumulation boundaries hide it."
-    elif scan.offload_hints or offload_configured:
+    elif offload_known:
         text += " Under optimizer offload this is the CPU Adam step: more CPU cores per rank or NVMe/partial offload."
     return Diagnosis(
         cause="slow",
@@ -194,4 +176,22 @@ def slow(scan: Scan, offload_configured: bool) -> Diagnosis | None:
         explanation=text,
         evidence=evidence([scan.breakdown_line] if scan.breakdown_line else []),
         line=scan.breakdown_line.number if scan.breakdown_line else None,
+    )
+
+
+def breakdown_note(scan: Scan) -> str | None:
+    """The wall_clock_breakdown in words when no job is known to judge it by: a note, not a finding."""
+    mean = {name: acc[0] / acc[1] for name, acc in scan.breakdown.items() if acc[1]}
+    compute = mean.get("fwd", 0.0) + mean.get("bwd_inner", mean.get("bwd", 0.0))
+    if compute <= 0:
+        return None
+    parts = [
+        f"{name} {mean[name]:.0f} ms ({mean[name] / compute:.0%} on top)" for name in ("bwd_allreduce", "step") if name in mean
+    ]
+    return (
+        f"wall_clock_breakdown: forward + backward compute {compute:.0f} ms per step, "
+        + "; ".join(parts)
+        + ". What these should cost depends on the job (model, batch, ZeRO stage, offload, hardware), and "
+        "their ratio to the compute does not tell slow runs from healthy ones: pass --model, --config and "
+        "--profile for diagnose to compare each timer with zerotune's prediction."
     )
