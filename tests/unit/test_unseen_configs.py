@@ -150,6 +150,17 @@ def test_accelerate_yaml_naming_a_json_is_followed_from_the_launch_folder(cli, t
     assert res.code == 2 and "not found from here" in res.stderr and "Traceback" not in res.stderr
 
 
+def test_accelerate_yaml_naming_itself_is_a_usage_error(cli, tmp_path, monkeypatch) -> None:
+    """Was: RecursionError (internal error) from following deepspeed_config_file without end."""
+    acc = {"distributed_type": "DEEPSPEED", "deepspeed_config": {"deepspeed_config_file": "acc.yaml"}}
+    (tmp_path / "acc.yaml").write_text(yaml.safe_dump(acc))
+    monkeypatch.chdir(tmp_path)
+    for args in (("validate", "acc.yaml"), ("predict", "--config", "acc.yaml", "--model", "llama-7b")):
+        res = cli(*args)
+        assert res.code == 2 and "is itself an accelerate config" in res.stderr, res.stderr
+        assert "internal error" not in res.stderr and "Traceback" not in res.stderr
+
+
 def test_predict_reads_an_accelerate_yaml(cli) -> None:
     """Was: stage 0 fp32 and a ZT102 rejection (the launcher keys read as a DeepSpeed config)."""
     res = cli(

@@ -108,6 +108,27 @@ def pointer_of(*keys: str | int) -> str:
 
 def load_path(path: str | Path) -> LoadedConfig:
     """Read a file (or "-" for stdin). Unreadable input is an InputError (exit 2); bad syntax is a finding."""
+    loaded = _read(path)
+    named = _followed(loaded)
+    if named is None:
+        return loaded
+    # an accelerate config naming its DeepSpeed JSON: that file is what DeepSpeed gets (accelerate reads it
+    # from the launch folder, as here); the findings and positions are that file's
+    target = _read(named)
+    if target.accelerate is not None:
+        # followed once only: accelerate reads the named file with json.load (HfDeepSpeedConfig.__init__,
+        # huggingface/accelerate src/accelerate/utils/deepspeed.py), so an accelerate YAML there (or the
+        # file naming itself) never starts; following it again would loop
+        raise InputError(
+            f"{path}: its deepspeed_config_file {named} is itself an accelerate config, not a DeepSpeed config",
+            hint="name the DeepSpeed JSON in deepspeed_config_file",
+        )
+    target.accelerate = loaded.accelerate
+    target.accelerate_path = loaded.path
+    return target
+
+
+def _read(path: str | Path) -> LoadedConfig:
     if str(path) == "-":
         import sys
 
@@ -122,16 +143,7 @@ def load_path(path: str | Path) -> LoadedConfig:
         except OSError as exc:
             raise InputError(f"{path}: cannot read ({exc.strerror})") from None
         name = str(path)
-    loaded = load_bytes(raw, name)
-    named = _followed(loaded)
-    if named is None:
-        return loaded
-    # an accelerate config naming its DeepSpeed JSON: that file is what DeepSpeed gets (accelerate reads it
-    # from the launch folder, as here); the findings and positions are that file's
-    target = load_path(named)
-    target.accelerate = loaded.accelerate
-    target.accelerate_path = loaded.path
-    return target
+    return load_bytes(raw, name)
 
 
 def _followed(loaded: LoadedConfig) -> str | None:
