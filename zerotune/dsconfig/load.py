@@ -129,6 +129,7 @@ def load_path(path: str | Path) -> LoadedConfig:
 
 
 def _read(path: str | Path) -> LoadedConfig:
+    """One file (or stdin) as written: an accelerate config is recognised here, not followed."""
     if str(path) == "-":
         import sys
 
