@@ -128,6 +128,17 @@ def test_accelerate_yaml_is_read_as_the_config_accelerate_builds() -> None:
     assert _codes(pointer) == ["ZT006"]  # its JSON is not found from here: nothing else is claimed
 
 
+def test_accelerate_config_written_as_json_is_read_as_one(tmp_path) -> None:
+    """`accelerate launch --config_file` takes .json too (config_args.py load_config_from_file): was
+    ZT102 + ZT502 on every launcher key, read as a DeepSpeed config."""
+    acc = {"distributed_type": "DEEPSPEED", "deepspeed_config": {"zero_stage": 3}, "num_processes": 8}
+    (tmp_path / "acc.json").write_text(json.dumps(acc))
+    loaded = load_path(tmp_path / "acc.json")
+    assert loaded.accelerate == acc and loaded.data["zero_optimization"]["stage"] == 3
+    codes = [d.code for d in lint(loaded)]
+    assert "ZT006" in codes and not {"ZT102", "ZT502"} & set(codes)
+
+
 def test_accelerate_defaults_follow_the_plugin() -> None:
     """DeepSpeedPlugin defaults: stage 2, no offload, gradient accumulation "auto", no clipping key."""
     built = accelerate.built_config({"distributed_type": "DEEPSPEED", "mixed_precision": "fp16"})

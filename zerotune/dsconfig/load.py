@@ -173,12 +173,14 @@ def load_bytes(raw: bytes, name: str) -> LoadedConfig:
         loaded.issues.append(LoadIssue("syntax", f"not UTF-8 text (byte {exc.start})", "", None))
         return loaded
     if name.lower().endswith(YAML_SUFFIXES):
-        return _load_yaml(text, name)
+        return _as_accelerate(_load_yaml(text, name))
     loaded = load_text(text, name)
     if raw.startswith(codecs.BOM_UTF8) and loaded.parsed:
         # hjson skips a BOM; json.load on an open() text file (HF, accelerate) fails "Unexpected UTF-8 BOM".
         loaded.issues.insert(0, LoadIssue("hjson_only", "starts with a UTF-8 byte-order mark", "", 0))
-    return loaded
+    # `accelerate launch --config_file` takes a .json config as well as YAML (load_config_from_file,
+    # huggingface/accelerate src/accelerate/commands/config/config_args.py)
+    return _as_accelerate(loaded)
 
 
 def _load_yaml(text: str, name: str) -> LoadedConfig:
@@ -192,10 +194,14 @@ def _load_yaml(text: str, name: str) -> LoadedConfig:
         mark = getattr(exc, "problem_mark", None)
         problem = getattr(exc, "problem", None) or str(exc)
         loaded.issues.append(LoadIssue("syntax", f"not valid YAML: {problem}", "", mark.index if mark else None))
-        return loaded
+    return loaded
+
+
+def _as_accelerate(loaded: LoadedConfig) -> LoadedConfig:
+    """An HF accelerate config file: kept as written, `data` the DeepSpeed config it builds (if any)."""
     from zerotune.dsconfig import accelerate
 
-    if accelerate.is_accelerate_config(loaded.data):
+    if loaded.parsed and accelerate.is_accelerate_config(loaded.data):
         loaded.accelerate = loaded.data
         usable = accelerate.uses_deepspeed(loaded.data) and accelerate.config_file(loaded.data) is None
         loaded.data = accelerate.built_config(loaded.data) if usable else None
