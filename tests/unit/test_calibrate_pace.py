@@ -10,6 +10,7 @@ from typing import Any
 from tests.conftest import cpu_probe_profile
 from zerotune.calibrate import run as calibrate_run
 from zerotune.calibrate.fit import Fit
+from zerotune.calibrate.load import Load
 
 QUIET_PACE = 3.7e-3
 
@@ -38,6 +39,11 @@ class _Pool:
         raise AssertionError("run_bench is stubbed: no rank is launched")
 
 
+class _QuietMeter:
+    def stop(self, ranks_cpu_s: float = 0.0) -> Load:
+        return Load(1.0, 0.0, 0.0, 0.0)
+
+
 def _calibrate(
     monkeypatch, paces: list[float], budget_s: float = 1e9
 ) -> tuple[list[dict[str, Any]], list[str], list[float]]:
@@ -63,6 +69,8 @@ def _calibrate(
     monkeypatch.setattr(bench_run, "check_dependencies", lambda: None)
     monkeypatch.setattr(bench_run, "detect_device", lambda device: ("cpu", 0))
     monkeypatch.setattr(calibrate_run, "RankPool", _Pool)
+    # a quiet machine whatever else runs beside the test (another xdist worker is foreign load)
+    monkeypatch.setattr(calibrate_run, "LoadMeter", _QuietMeter)
     monkeypatch.setattr(calibrate_run, "fit", fit)
     monkeypatch.setattr(calibrate_run, "base_profile", lambda *a: (cpu_probe_profile(), "a stub profile"))
     outcome = calibrate_run.calibrate(calibrate_run.CalibrateOptions(device="cpu", budget_s=budget_s))
