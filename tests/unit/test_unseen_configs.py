@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from zerotune.dsconfig import accelerate
-from zerotune.dsconfig.load import load_path
+from zerotune.dsconfig.load import load_path, load_text
 from zerotune.lint.context import LintOptions
 from zerotune.lint.runner import lint
 
@@ -105,6 +105,14 @@ def test_offload_without_optimizer_is_fine_under_accelerate() -> None:
     assert "ZT305" not in _codes(name, severity="error", hf=True)
 
 
+def test_legacy_cpu_offload_gets_no_accelerate_swap() -> None:
+    """accelerate's swap reads zero_optimization.offload_optimizer.device from the raw dict, so the
+    deprecated `cpu_offload: true` (optimizer offload to DeepSpeed) keeps the client optimizer: refused."""
+    config = {"train_batch_size": 8, "zero_optimization": {"stage": 2, "cpu_offload": True}}
+    found = lint(load_text(json.dumps(config), "ds.json"), LintOptions(hf=True))
+    assert [d.severity.value for d in found if d.code == "ZT305"] == ["error"]
+
+
 def test_accelerate_yaml_is_read_as_the_config_accelerate_builds() -> None:
     simpo = "princeton-nlp__SimPO__accelerate_configs__deepspeed_zero3.yaml"
     loaded = load_path(CONFIGS / simpo)
@@ -118,6 +126,17 @@ def test_accelerate_yaml_is_read_as_the_config_accelerate_builds() -> None:
     assert grit["gradient_accumulation_steps"] == 1 and grit["gradient_clipping"] == 1.0
     pointer = "PKU-YuanGroup__Open-Sora-Plan__scripts__accelerate_configs__deepspeed_zero2_config.yaml"
     assert _codes(pointer) == ["ZT006"]  # its JSON is not found from here: nothing else is claimed
+
+
+def test_accelerate_config_written_as_json_is_read_as_one(tmp_path) -> None:
+    """`accelerate launch --config_file` takes .json too (config_args.py load_config_from_file): was
+    ZT102 + ZT502 on every launcher key, read as a DeepSpeed config."""
+    acc = {"distributed_type": "DEEPSPEED", "deepspeed_config": {"zero_stage": 3}, "num_processes": 8}
+    (tmp_path / "acc.json").write_text(json.dumps(acc))
+    loaded = load_path(tmp_path / "acc.json")
+    assert loaded.accelerate == acc and loaded.data["zero_optimization"]["stage"] == 3
+    codes = [d.code for d in lint(loaded)]
+    assert "ZT006" in codes and not {"ZT102", "ZT502"} & set(codes)
 
 
 def test_accelerate_defaults_follow_the_plugin() -> None:
@@ -144,10 +163,23 @@ def test_accelerate_yaml_naming_a_json_is_followed_from_the_launch_folder(cli, t
     cli("validate", "acc.yaml", "--fix")
     assert (tmp_path / "acc.yaml").read_text() == before  # --fix never rewrites a file it was not given
     res = cli("predict", "--config", "acc.yaml", "--model", "llama-7b", "--json")
-    assert json.loads(res.stdout)["deepspeed_rejects"] == [] and res.code == 0
+    # the deprecated cpu_offload gets no DeepSpeedCPUAdam swap from accelerate: the client optimizer is refused
+    rejects = json.loads(res.stdout)["deepspeed_rejects"]
+    assert [r.split()[0] for r in rejects] == ["ZT305"] and res.code in (0, 1)
     monkeypatch.chdir(tmp_path / "conf")
     res = cli("predict", "--config", "../acc.yaml", "--model", "llama-7b")
     assert res.code == 2 and "not found from here" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_accelerate_yaml_naming_itself_is_a_usage_error(cli, tmp_path, monkeypatch) -> None:
+    """Was: RecursionError (internal error) from following deepspeed_config_file without end."""
+    acc = {"distributed_type": "DEEPSPEED", "deepspeed_config": {"deepspeed_config_file": "acc.yaml"}}
+    (tmp_path / "acc.yaml").write_text(yaml.safe_dump(acc))
+    monkeypatch.chdir(tmp_path)
+    for args in (("validate", "acc.yaml"), ("predict", "--config", "acc.yaml", "--model", "llama-7b")):
+        res = cli(*args)
+        assert res.code == 2 and "is itself an accelerate config" in res.stderr, res.stderr
+        assert "internal error" not in res.stderr and "Traceback" not in res.stderr
 
 
 def test_predict_reads_an_accelerate_yaml(cli) -> None:

@@ -1,4 +1,4 @@
-"""An HF Accelerate config file (`accelerate config` / `accelerate launch --config_file`, YAML) is not a
+"""An HF Accelerate config file (`accelerate config` / `accelerate launch --config_file`, YAML or JSON) is not a
 DeepSpeed config: its `deepspeed_config:` block holds accelerate's own option names, from which accelerate
 builds the DeepSpeed config, or names the DeepSpeed JSON to use (`deepspeed_config_file`).
 

@@ -108,6 +108,28 @@ def pointer_of(*keys: str | int) -> str:
 
 def load_path(path: str | Path) -> LoadedConfig:
     """Read a file (or "-" for stdin). Unreadable input is an InputError (exit 2); bad syntax is a finding."""
+    loaded = _read(path)
+    named = _followed(loaded)
+    if named is None:
+        return loaded
+    # an accelerate config naming its DeepSpeed JSON: that file is what DeepSpeed gets (accelerate reads it
+    # from the launch folder, as here); the findings and positions are that file's
+    target = _read(named)
+    if target.accelerate is not None:
+        # followed once only: accelerate reads the named file with json.load (HfDeepSpeedConfig.__init__,
+        # huggingface/accelerate src/accelerate/utils/deepspeed.py), so an accelerate YAML there (or the
+        # file naming itself) never starts; following it again would loop
+        raise InputError(
+            f"{path}: its deepspeed_config_file {named} is itself an accelerate config, not a DeepSpeed config",
+            hint="name the DeepSpeed JSON in deepspeed_config_file",
+        )
+    target.accelerate = loaded.accelerate
+    target.accelerate_path = loaded.path
+    return target
+
+
+def _read(path: str | Path) -> LoadedConfig:
+    """One file (or stdin) as written: an accelerate config is recognised here, not followed."""
     if str(path) == "-":
         import sys
 
@@ -122,16 +144,7 @@ def load_path(path: str | Path) -> LoadedConfig:
         except OSError as exc:
             raise InputError(f"{path}: cannot read ({exc.strerror})") from None
         name = str(path)
-    loaded = load_bytes(raw, name)
-    named = _followed(loaded)
-    if named is None:
-        return loaded
-    # an accelerate config naming its DeepSpeed JSON: that file is what DeepSpeed gets (accelerate reads it
-    # from the launch folder, as here); the findings and positions are that file's
-    target = load_path(named)
-    target.accelerate = loaded.accelerate
-    target.accelerate_path = loaded.path
-    return target
+    return load_bytes(raw, name)
 
 
 def _followed(loaded: LoadedConfig) -> str | None:
@@ -160,12 +173,14 @@ def load_bytes(raw: bytes, name: str) -> LoadedConfig:
         loaded.issues.append(LoadIssue("syntax", f"not UTF-8 text (byte {exc.start})", "", None))
         return loaded
     if name.lower().endswith(YAML_SUFFIXES):
-        return _load_yaml(text, name)
+        return _as_accelerate(_load_yaml(text, name))
     loaded = load_text(text, name)
     if raw.startswith(codecs.BOM_UTF8) and loaded.parsed:
         # hjson skips a BOM; json.load on an open() text file (HF, accelerate) fails "Unexpected UTF-8 BOM".
         loaded.issues.insert(0, LoadIssue("hjson_only", "starts with a UTF-8 byte-order mark", "", 0))
-    return loaded
+    # `accelerate launch --config_file` takes a .json config as well as YAML (load_config_from_file,
+    # huggingface/accelerate src/accelerate/commands/config/config_args.py)
+    return _as_accelerate(loaded)
 
 
 def _load_yaml(text: str, name: str) -> LoadedConfig:
@@ -179,10 +194,14 @@ def _load_yaml(text: str, name: str) -> LoadedConfig:
         mark = getattr(exc, "problem_mark", None)
         problem = getattr(exc, "problem", None) or str(exc)
         loaded.issues.append(LoadIssue("syntax", f"not valid YAML: {problem}", "", mark.index if mark else None))
-        return loaded
+    return loaded
+
+
+def _as_accelerate(loaded: LoadedConfig) -> LoadedConfig:
+    """An HF accelerate config file: kept as written, `data` the DeepSpeed config it builds (if any)."""
     from zerotune.dsconfig import accelerate
 
-    if accelerate.is_accelerate_config(loaded.data):
+    if loaded.parsed and accelerate.is_accelerate_config(loaded.data):
         loaded.accelerate = loaded.data
         usable = accelerate.uses_deepspeed(loaded.data) and accelerate.config_file(loaded.data) is None
         loaded.data = accelerate.built_config(loaded.data) if usable else None

@@ -185,8 +185,10 @@ class OffloadNeedsCpuOptimizer(Rule):
     ## Why is this bad?
     With a client optimizer (any torch.optim) the engine raises ZeRORuntimeException inside
     `initialize()`. Under HF Trainer or accelerate (`--hf`) that does not happen: accelerate swaps the
-    client optimizer for DeepSpeedCPUAdam first, keeping only its lr and weight_decay (info). `Lamb` builds FusedLamb, a CUDA kernel that cannot step CPU tensors. Other torch
-    optimizers named in the config run in plain PyTorch on the CPU: they work, slowly (a warning).
+    client optimizer for DeepSpeedCPUAdam first, keeping only its lr and weight_decay (info); it reads
+    `offload_optimizer.device`, so the deprecated `cpu_offload: true` gets no swap (still an error).
+    `Lamb` builds FusedLamb, a CUDA kernel that cannot step CPU tensors. Other torch optimizers named in
+    the config run in plain PyTorch on the CPU: they work, slowly (a warning).
 
     ## Example
     ```json
@@ -216,10 +218,13 @@ class OffloadNeedsCpuOptimizer(Rule):
             return
         opt = ctx.optimizer_type
         key = "offload_optimizer" if "offload_optimizer" in ctx.zero else "cpu_offload"
-        if opt is None and not _truthy_off(ctx.config.get("zero_force_ds_cpu_optimizer")) and ctx.options.hf:
+        swapped = ctx.options.hf and key == "offload_optimizer"
+        if opt is None and not _truthy_off(ctx.config.get("zero_force_ds_cpu_optimizer")) and swapped:
             # accelerate's Accelerator._prepare_deepspeed (HF Trainer prepares through it) replaces a client
             # optimizer by DeepSpeedCPUAdam(param_groups, lr, weight_decay) when offload_optimizer.device is
-            # not "none" and zero_force_ds_cpu_optimizer is unset/true: the engine's check then passes
+            # not "none" and zero_force_ds_cpu_optimizer is unset/true: the engine's check then passes. It
+            # reads the raw dict's zero_optimization.offload_optimizer.device, so the deprecated
+            # `cpu_offload: true` (which DeepSpeed still turns into optimizer offload) gets no swap
             yield self.emit(
                 ctx,
                 pointer_of("zero_optimization", key),
