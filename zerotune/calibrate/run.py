@@ -291,7 +291,8 @@ def calibrate(options: CalibrateOptions, say: Say = lambda _: None) -> Outcome:
             """Measure `run` once more and keep the calmer attempt (check.py calmer)."""
             say(f"{label}: measuring again: {why}")
             other = measure(run, index, label)
-            kept = calmer(record, other, n_cores, pace_reference([*runs, record, other]))
+            others = [r for r in runs if r is not record]  # the end pass re-measures a run already in `runs`
+            kept = calmer(record, other, n_cores, pace_reference([*others, record, other]))
             dropped = other if kept is record else record
             kept["discarded"] = {
                 k: dropped.get(k) for k in ("step_times_s", "step_time_s", "load", "wall_s", "pace_s")

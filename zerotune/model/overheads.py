@@ -147,7 +147,7 @@ GLOBAL_PRIOR = OverheadSpec(
     per_layer_launch_s=1.6e-3,
     cpu_adam_thread_params_per_s=2.0e8,
     origin="published",
-    source="global prior fitted across all 40 published sources (141 timed runs; "
+    source="global prior fitted across all 42 timed published sources (144 timed runs; "
     "scripts/evidence/fit_published.py), judged leave-one-source-out (scripts/evidence/loso.py)",
 )
 """One prior for every GPU profile that leaves a term null: fitted once across ALL published sources
@@ -166,7 +166,8 @@ OpenMP thread per rank); a leave-one-source-out fold without it falls back to th
 went into the stage-3 hook); with them modelled (step.py synced_blocks) it is 2e-4. `per_step_s` was 0.28 s
 while a tied head's logits matmul was left out of the FLOPs (compute.model_flops) and a pass was composed
 from per-layer maxima (pass_seconds): the refit on the same 141 runs gives 0.24 s (in-sample 24.2% -> 24.2%,
-leave-one-source-out 25.12% -> 25.08%)."""
+leave-one-source-out 25.12% -> 25.08%); with this session's 3 new timed runs (144, 42 sources) the refit gives
+the same four values (in-sample 24.3%)."""
 
 
 def with_prior(spec: OverheadSpec, has_gpus: bool) -> OverheadSpec:
