@@ -388,6 +388,9 @@ def test_exit_codes_and_stdin(cli, tmp_path: Path) -> None:
     assert missing.code == 2 and "cannot read" in missing.stderr
     assert cli("diagnose", tmp_path).code == 2
     assert cli("diagnose", "-", "--seq-len", "0").code == 2
+    (tmp_path / "empty.log").write_text("")
+    empty = cli("diagnose", tmp_path / "empty.log")  # was "No failure found", exit 0
+    assert empty.code == 2 and "is empty" in empty.stderr and "Traceback" not in empty.stderr
 
 
 def test_json_output_is_the_versioned_schema() -> None:

@@ -1,6 +1,6 @@
 """`zerotune diagnose`: read a failed or slow run's log, name the cause, hand back a config that fits.
 
-Exit 0: no failure found; 1: a failure (or a slow step) was diagnosed; 2: the log cannot be read
+Exit 0: no failure found; 1: a failure (or a slow step) was diagnosed; 2: the log cannot be read (missing, a folder or empty)
 or a flag is wrong. LOG may be `-` for stdin; the log is streamed, never loaded whole.
 """
 
@@ -94,6 +94,8 @@ def command(
         path = Path(log)
         if path.is_dir():
             raise InputError(f"cannot read {log}: it is a folder", hint="pass the log file")
+        if path.is_file() and path.stat().st_size == 0:  # "no failure found" would be a verdict on nothing
+            raise InputError(f"{log} is empty", hint="pass the run's output (the launcher's stdout and stderr)")
         try:
             handle = path.open("rb")
         except OSError as exc:
