@@ -1,7 +1,7 @@
 """`zerotune diagnose`: read a failed or slow run's log, name the cause, hand back a config that fits.
 
-Exit 0: no failure found; 1: a failure (or a slow step) was diagnosed; 2: the log cannot be read (missing, a folder or empty)
-or a flag is wrong. LOG may be `-` for stdin; the log is streamed, never loaded whole.
+Exit 0: no failure found; 1: a failure (or a slow step) was diagnosed; 2: the log cannot be read
+(missing, a folder or empty) or a flag is wrong. LOG may be `-` for stdin; the log is streamed, never loaded whole.
 """
 
 from __future__ import annotations
