@@ -12,6 +12,7 @@ from tests.conftest import cpu_probe_profile
 from tests.unit.test_calibrate_fit import TRUE, _with_memory, stub, synthetic_runs
 from zerotune.calibrate.bounds import ADAM_BYTES_PER_PARAM, alpha_bound, optimizer_floor, term_ceiling
 from zerotune.calibrate.check import (
+    LAUNCH_SPREAD_PCT,
     LOAD_SPIKE,
     Decision,
     SelfCheck,
@@ -183,9 +184,15 @@ def test_leverages_sum_to_the_number_of_fitted_terms() -> None:
 
 
 def _check(
-    held: dict[str, float], probe: dict[str, float], share: float | None = 0.0, noise: float = 1.0
+    held: dict[str, float],
+    probe: dict[str, float],
+    share: float | None = 0.0,
+    noise: float = 1.0,
+    launch: float = LAUNCH_SPREAD_PCT,
 ) -> SelfCheck:
-    return SelfCheck(held_out_pct=held, probe_pct=probe, noise_pct=noise, foreign_share=share)
+    return SelfCheck(
+        held_out_pct=held, probe_pct=probe, noise_pct=noise, foreign_share=share, launch_pct=launch
+    )
 
 
 @pytest.mark.parametrize(
@@ -198,25 +205,13 @@ def _check(
         (_check({}, {}), False, "could be held out"),
         # held-out 5%, but launches differ by 12% on this machine now: ~13% RMS implies a ~10.4% MAPE
         (
-            SelfCheck(
-                held_out_pct={"a": 4, "b": -6},
-                probe_pct={"a": 30, "b": 20},
-                noise_pct=1.0,
-                foreign_share=0.0,
-                launch_pct=12.0,
-            ),
+            _check({"a": 4, "b": -6}, {"a": 30, "b": 20}, launch=12.0),
             False,
             "launches of a job differ by +-12.0%",
         ),  # fmt: skip
         # launches alone +-14% (a ~11% MAPE): more repeats cannot help, only a quieter machine
         (
-            SelfCheck(
-                held_out_pct={"a": 4, "b": -6},
-                probe_pct={"a": 30, "b": 20},
-                noise_pct=1.0,
-                foreign_share=0.0,
-                launch_pct=14.0,
-            ),
+            _check({"a": 4, "b": -6}, {"a": 30, "b": 20}, launch=14.0),
             False,
             "differ by +-14.0%",
         ),  # fmt: skip

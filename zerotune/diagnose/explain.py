@@ -312,7 +312,7 @@ def step_check(job: Job, scan: Scan, profile_said: bool = False) -> StepCheck | 
     the compute against the model's time for it (`timer_checks`)."""
     from zerotune.model.step import predict_step
 
-    mean = breakdown_means(scan)
+    mean = scan.breakdown_means()
     if (
         job.config is None
         or job.spec is None
@@ -357,11 +357,6 @@ def step_check(job: Job, scan: Scan, profile_said: bool = False) -> StepCheck | 
         profile_said=profile_said,
         timers=timers,
     )
-
-
-def breakdown_means(scan: Scan) -> dict[str, float]:
-    """Each wall_clock_breakdown timer's mean over the lines the scan kept (ms)."""
-    return {name: acc[0] / acc[1] for name, acc in scan.breakdown.items() if acc[1]}
 
 
 def timer_checks(mean: dict[str, float], est: StepEstimate, expected: float) -> list[TimerCheck]:

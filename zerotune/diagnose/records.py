@@ -222,6 +222,10 @@ class Scan:
     config_line: LogLine | None = None
     config_error: str | None = None
 
+    def breakdown_means(self) -> dict[str, float]:
+        """Each wall_clock_breakdown timer's mean over the lines kept (ms)."""
+        return {name: acc[0] / acc[1] for name, acc in self.breakdown.items() if acc[1]}
+
     def fact(self, name: str, value: object, line: LogLine) -> None:
         self.facts.setdefault(name, Fact(value, line))
 

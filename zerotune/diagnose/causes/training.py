@@ -181,7 +181,7 @@ def slow(scan: Scan, step: StepCheck, offload_known: bool) -> Diagnosis | None:
 
 def breakdown_note(scan: Scan) -> str | None:
     """The wall_clock_breakdown in words when no job is known to judge it by: a note, not a finding."""
-    mean = {name: acc[0] / acc[1] for name, acc in scan.breakdown.items() if acc[1]}
+    mean = scan.breakdown_means()
     compute = mean.get("fwd", 0.0) + mean.get("bwd_inner", mean.get("bwd", 0.0))
     if compute <= 0:
         return None
