@@ -100,18 +100,26 @@ SEVEN = "llama-7b"
 # 4096-wide matmuls). Stages 0-3, offload of the optimizer and of the parameters, checkpointing on
 # and off, micro-batch 1-4; the points a user would try first, not the whole product.
 GPU_GRID = (
-    *(GridPoint(TINY, 22, s, 1) for s in (0, 1, 2, 3)),
-    GridPoint(TINY, 22, 2, 2),
+    # Ordered for a short lease (a drawn task has 15 minutes of device time): a run cut off by
+    # --budget still has both models, every stage, checkpointing and an offload point.
+    GridPoint(TINY, 22, 0, 1),
+    GridPoint(SEVEN, 4, 3, 1),
     GridPoint(TINY, 22, 2, 4, checkpointing=True),
-    GridPoint(TINY, 22, 3, 4, checkpointing=True),
-    GridPoint(TINY, 22, 0, 4, checkpointing=True),
+    GridPoint(TINY, 22, 3, 1),
+    GridPoint(SEVEN, 4, 0, 1),
     GridPoint(TINY, 22, 2, 2, offload_optimizer=True),
-    GridPoint(TINY, 22, 3, 2, offload_optimizer=True),
-    GridPoint(TINY, 22, 3, 2, offload_optimizer=True, offload_param=True),
-    GridPoint(TINY, 22, 3, 4, offload_optimizer=True, offload_param=True, checkpointing=True),
-    *(GridPoint(SEVEN, 4, s, 1) for s in (0, 1, 2, 3)),
+    GridPoint(TINY, 22, 1, 1),
     GridPoint(SEVEN, 4, 2, 2, checkpointing=True),
+    GridPoint(TINY, 22, 3, 2, offload_optimizer=True, offload_param=True),
+    GridPoint(TINY, 22, 2, 1),
+    GridPoint(TINY, 22, 2, 2),
+    GridPoint(TINY, 22, 3, 4, checkpointing=True),
+    GridPoint(SEVEN, 4, 1, 1),
+    GridPoint(SEVEN, 4, 2, 1),
+    GridPoint(TINY, 22, 0, 4, checkpointing=True),
+    GridPoint(TINY, 22, 3, 2, offload_optimizer=True),
     GridPoint(SEVEN, 4, 2, 1, offload_optimizer=True),
+    GridPoint(TINY, 22, 3, 4, offload_optimizer=True, offload_param=True, checkpointing=True),
     GridPoint(SEVEN, 4, 3, 1, offload_optimizer=True, offload_param=True),
 )
 DRY_GRID = (
@@ -137,6 +145,8 @@ class Run:
     dry: bool
     force: bool
     budget_s: float | None
+    step_limit_s: float | None = None
+    """Caps every step's limit (--step-limit): a short lease then runs many steps, not one long one."""
     python: str = sys.executable
     started: float = field(default_factory=time.monotonic)
 
@@ -168,6 +178,12 @@ def plan(run: Run) -> list[Step]:
     device = "cpu" if dry else "cuda"
     internal = [run.python, str(Path(__file__).resolve()), "--out", str(run.out), *(["--dry"] if dry else [])]
     probe_yaml, cal_yaml = str(run.path("probe.yaml")), str(run.path("calibrated.yaml"))
+
+    def own(limit: float, margin: float) -> str:
+        """A command's own --timeout: inside its step's (capped) limit, so it ends itself and
+        writes its result rather than being killed."""
+        return f"{min(limit, run.step_limit_s or limit) - margin:.0f}"
+
     steps = [
         Step("environment", 120, [*internal, "--internal", "environment"]),
         Step("nvml", 60, [*internal, "--internal", "nvml"]),
@@ -175,7 +191,7 @@ def plan(run: Run) -> list[Step]:
             "probe",
             120 if dry else 420,
             zt(run, "probe", "--model", TINY, "--out", probe_yaml, "--json",
-               *(["--quick", "--nproc", "2", "--timeout", "100"] if dry else ["--timeout", "400"])),
+               *(["--quick", "--nproc", "2", "--timeout", own(120, 20)] if dry else ["--timeout", own(420, 20)])),
         ),  # fmt: skip
         Step("cpu-adam", 60 if dry else 300, [*internal, "--internal", "cpu-adam"]),
     ]
@@ -194,8 +210,9 @@ def plan(run: Run) -> list[Step]:
                    "--config", str(run.path("configs", f"{point.id}.json")),
                    "--micro-batch", str(point.micro_batch), "--device", device, "--nproc", "1",
                    "--checkpointing" if point.checkpointing else "--no-checkpointing",
-                   "--profile", "@probe", "--timeout", "80" if dry else "450",
-                   "--out", str(run.path("bench", f"{point.id}.json")), "--json", *shape, *counts),
+                   "--profile", "@probe", "--timeout", own(90, 10) if dry else own(480, 30),
+                   "--out", str(run.path("bench", f"{point.id}.json")), "--json", *shape, *counts,
+                   "--log", str(run.path("bench", f"{point.id}.log"))),
             )  # fmt: skip
         )
     steps.append(
@@ -203,7 +220,7 @@ def plan(run: Run) -> list[Step]:
             "calibrate",
             560,
             zt(run, "calibrate", "--model", SEVEN, "--device", device, "--out", cal_yaml, "--profile", "@probe",
-               "--save-runs", str(run.path("calibrate-runs.json")), "--timeout", "540", "--json"),
+               "--save-runs", str(run.path("calibrate-runs.json")), "--timeout", own(560, 20), "--json"),
             skip_reason="dry mode: calibrate's seven design runs take about 4 minutes on 2 CPU cores "
             "(tests/dist/test_calibrate.py covers it)" if dry else None,
         )  # fmt: skip
@@ -329,7 +346,7 @@ def execute(run: Run, steps: list[Step], say: Any) -> dict[str, dict[str, Any]]:
             records[step.name] = {**done, "resumed": True}
             say(f"{step.name}: {done['status']} earlier, kept")
             continue
-        timeout = step.timeout_s
+        timeout = min(step.timeout_s, run.step_limit_s or step.timeout_s)
         if run.budget_s is not None:
             left = run.budget_s - (time.monotonic() - run.started)
             if stopped or left < timeout:
@@ -623,13 +640,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dry", action="store_true", help="CPU rehearsal: gloo, recorded NVML, tiny shapes")
     parser.add_argument("--force", action="store_true", help="rerun finished steps and overwrite their outputs")
     parser.add_argument("--budget", type=float, help="seconds: start no step that could end past this")
+    parser.add_argument("--step-limit", type=float, help="seconds: cap every step's time limit")
     parser.add_argument("--only", action="append", default=[], help="run only steps starting with this (repeatable)")
     parser.add_argument("--internal", choices=sorted(INTERNAL), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.budget is not None and args.budget <= 0:
-        print(f"error: --budget must be positive, got {args.budget:g}", file=sys.stderr)
-        return 2
-    run = Run(out=(args.out or default_out(args.dry)).resolve(), dry=args.dry, force=args.force, budget_s=args.budget)
+    for flag, value in (("--budget", args.budget), ("--step-limit", args.step_limit)):
+        if value is not None and value <= 0:
+            print(f"error: {flag} must be positive, got {value:g}", file=sys.stderr)
+            return 2
+    run = Run(
+        out=(args.out or default_out(args.dry)).resolve(),
+        dry=args.dry,
+        force=args.force,
+        budget_s=args.budget,
+        step_limit_s=args.step_limit,
+    )
     if args.internal:
         write_json(run.path(f"{args.internal}.json"), INTERNAL[args.internal](run))
         return 0
