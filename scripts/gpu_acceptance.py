@@ -57,6 +57,10 @@ CPU_ADAM_PARAMS = 100_000_000
 """Flat partition timed for CPU Adam on a GPU host: 1.6 GB of fp32 weights, grads and moments, far
 past the caches, and about what one rank of a 7B model offloads under ZeRO-2 on 8 GPUs (875M) / 8."""
 DRY_CPU_ADAM_PARAMS = 2_000_000
+MIN_STEP_LIMIT_S = 60.0
+"""The lowest --step-limit: a bench's own --timeout is its limit less 30 s, and a DeepSpeed launch
+took 20-28 s to its first step on the H200 (data/gpu/2026-11-28-NVIDIA-H200; a 45 s limit left each
+bench 15 s and every one timed out in deepspeed.initialize)."""
 
 
 @dataclass(frozen=True)
@@ -644,9 +648,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", action="append", default=[], help="run only steps starting with this (repeatable)")
     parser.add_argument("--internal", choices=sorted(INTERNAL), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    for flag, value in (("--budget", args.budget), ("--step-limit", args.step_limit)):
-        if value is not None and value <= 0:
-            print(f"error: {flag} must be positive, got {value:g}", file=sys.stderr)
+    for flag, value, least in (("--budget", args.budget, 0.0), ("--step-limit", args.step_limit, MIN_STEP_LIMIT_S)):
+        if value is not None and (value <= 0 or value < least):
+            print(f"error: {flag} must be positive and at least {least:g} s, got {value:g}", file=sys.stderr)
             return 2
     run = Run(
         out=(args.out or default_out(args.dry)).resolve(),

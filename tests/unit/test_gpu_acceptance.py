@@ -125,6 +125,7 @@ def test_report_table_renders_measured_and_predicted(acc) -> None:
 def test_usage_errors_exit_2(acc, tmp_path) -> None:
     assert acc.main(["--dry", "--out", str(tmp_path), "--budget", "0"]) == 2
     assert acc.main(["--dry", "--out", str(tmp_path), "--only", "nothing-like-this"]) == 2
+    assert acc.main(["--dry", "--out", str(tmp_path), "--step-limit", "45"]) == 2  # benches could not start
     assert not os.listdir(tmp_path)
 
 
@@ -138,3 +139,25 @@ def test_profile_placeholders_follow_what_earlier_steps_left(acc, tmp_path) -> N
     assert acc.resolve_argv(run, later)[-1] == str(tmp_path / "probe.yaml")
     (tmp_path / "calibrated.yaml").write_text("x")
     assert acc.resolve_argv(run, later)[-1] == str(tmp_path / "calibrated.yaml")
+
+
+def test_step_limit_caps_each_step_and_its_commands_own_timeout(acc, tmp_path, monkeypatch) -> None:
+    """A short lease: every step's limit is capped, and each command's own --timeout stays inside it
+    (the command then ends itself and reports, rather than being killed)."""
+    run = acc.Run(out=tmp_path, dry=False, force=False, budget_s=None, step_limit_s=90)
+    steps = {s.name: s for s in acc.plan(run)}
+    bench = steps[f"bench/{acc.GPU_GRID[0].id}"]
+    assert bench.timeout_s == 480  # the step's own limit; execute() applies the cap
+    own = float(bench.argv[bench.argv.index("--timeout") + 1])
+    assert own == 60  # 90 s cap less the bench's 30 s margin
+    probe = steps["probe"]
+    assert float(probe.argv[probe.argv.index("--timeout") + 1]) == 70
+    seen = {}
+
+    def run_step(run, step, timeout):
+        seen[step.name] = timeout
+        return {"status": "ok"}
+
+    monkeypatch.setattr(acc, "run_step", run_step)
+    records = acc.execute(run, [steps["environment"], bench], say=lambda m: None)
+    assert seen == {"environment": 90, bench.name: 90} and all(r["status"] == "ok" for r in records.values())

@@ -222,7 +222,9 @@ def _run(task: dict[str, Any], rank: int, world: int) -> dict[str, Any]:
             step, False, f"measured step {len(step_times) + 1} (median {stop.describe(step_times)})"
         )
         step += 1
-        slowest = torch.tensor([elapsed], dtype=torch.float64)
+        # on the rank's device: NCCL has no CPU tensors ("No backend type associated with device
+        # type cpu", seen on the first GPU run)
+        slowest = torch.tensor([elapsed], dtype=torch.float64, device=device)
         tdist.all_reduce(slowest, op=tdist.ReduceOp.MAX)
         step_times.append(float(slowest.item()))
         measured_s += step_times[-1]
