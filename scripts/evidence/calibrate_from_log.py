@@ -28,6 +28,11 @@ scripts/evidence/calibration_stability.py: it measures timing, so it runs there,
 `--cpu` replays the rounds it recorded (data/evidence/calibration_runs/roundNN.json: the bench log, the
 probe-only profile it started from, the held-out runs) through this code's `calibrate --from-log` core,
 without running anything: the from-log held-out MAPE against the round's recorded calibrate MAPE.
+
+`--gpu` does the same for the GPU acceptance runs (data/gpu/*/, scripts/gpu_acceptance.py): each bench
+that ran, in turn, is the user's one run (its DeepSpeed log, `bench --log`), calibrated from the run's
+probe-only profile; the profile then predicts the run's other benches (other stages, models,
+micro-batches, checkpointing), next to the probe-only prediction of the same benches.
 """
 
 from __future__ import annotations
@@ -373,6 +378,61 @@ def cpu_replay() -> list[dict[str, Any]]:
     return out
 
 
+GPU_RUNS = REPO / "data" / "gpu"
+
+
+def gpu_replay() -> list[dict[str, Any]]:
+    """Per GPU run folder and per bench in it: from-log on that bench's log, the others predicted."""
+    from zerotune.bench.predicted import predict as predict_bench
+    from zerotune.bench.result import BenchResult
+    from zerotune.calibrate.observe import observations
+    from zerotune.catalog.hardware import load_profile
+    from zerotune.diagnose.analyse import Options
+
+    out = []
+    for folder in sorted(p for p in GPU_RUNS.glob("*") if (p / "probe.yaml").is_file()):
+        base = load_profile(str(folder / "probe.yaml"))
+        benches = {}
+        for path in sorted((folder / "bench").glob("*.json")):
+            log = path.with_suffix(".log")
+            if log.is_file():
+                result = BenchResult.model_validate_json(path.read_text())
+                benches[path.stem] = (result, log, result.full_step_time_s or result.step_time_s)
+        if len(benches) < 2:
+            continue
+        none = Options(config=None, model=None, profile=None, seq_len=None, world_size=None, checkpointing=None)
+        for name, (_, log, _) in benches.items():
+            fitted = fit_logs(observations([str(log)], None, none, base, []), base).profile
+            held = []
+            for other, (result, _, measured) in benches.items():
+                if other == name:
+                    continue
+                after = predict_bench(result, fitted).step_time_s
+                before = predict_bench(result, base).step_time_s
+                held.append({"bench": other, "measured_s": measured, "from_log_s": after, "probe_s": before})
+            out.append({
+                "run": folder.name, "log": name,
+                "from_log_pct": statistics.fmean(_ape(h["from_log_s"], h["measured_s"]) for h in held),
+                "probe_pct": statistics.fmean(_ape(h["probe_s"], h["measured_s"]) for h in held),
+                "held": held,
+            })  # fmt: skip
+    return out
+
+
+def print_gpu(rows: list[dict[str, Any]]) -> None:
+    print("GPU runs (data/gpu): one bench's log -> calibrate --from-log -> the run's other benches, step-time MAPE")
+    print(f"{'run':<28} {'the one run (its log)':<42} {'probe-only':>10} {'from-log':>8}  worst held-out")
+    for r in rows:
+        worst = max(r["held"], key=lambda h: _ape(h["from_log_s"], h["measured_s"]))
+        err = (worst["from_log_s"] / worst["measured_s"] - 1) * 100
+        print(f"{r['run']:<28} {r['log']:<42} {_f(r['probe_pct']):>10} {_f(r['from_log_pct']):>8}  "
+              f"{worst['bench']} {err:+.0f}%")  # fmt: skip
+    if rows:
+        print(f"median over {len(rows)} choices of the one run: probe-only "
+              f"{statistics.median(r['probe_pct'] for r in rows):.1f}%, from-log "
+              f"{statistics.median(r['from_log_pct'] for r in rows):.1f}%")  # fmt: skip
+
+
 def print_cpu(rows: list[dict[str, Any]]) -> None:
     within = 5.0  # issue 22: from-log within 5 points of calibrate (calibration_stability.FROM_LOG_WITHIN_PTS)
     print("CPU rounds replayed (data/evidence/calibration_runs): held-out MAPE, calibrate (recorded) vs from-log")
@@ -396,7 +456,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--write", action="store_true", help=f"also write {OUT.relative_to(REPO)}")
     parser.add_argument("--cpu", action="store_true",
                         help="instead: replay the CPU rounds calibration_stability.py recorded (from-log vs calibrate)")
+    parser.add_argument("--gpu", action="store_true",
+                        help="instead: the GPU acceptance runs (data/gpu): one bench's log predicts the others")
     args = parser.parse_args(argv)
+    if args.gpu:
+        print_gpu(gpu_replay())
+        return 0
     if args.cpu:
         print_cpu(cpu_replay())
         return 0
