@@ -1,5 +1,6 @@
-"""The NVML reader against recorded answers of two boxes (a DGX H100 with NVSwitch and a PCIe
-workstation without peer-to-peer), a host without a driver, and the real pynvml of this machine."""
+"""The NVML reader against recorded answers of three boxes (a DGX H100 with NVSwitch, a PCIe
+workstation without peer-to-peer, and one H200 in a VM recorded on the first GPU run), a host without
+a driver, and the real pynvml of this machine."""
 
 from __future__ import annotations
 
@@ -72,6 +73,24 @@ def test_pcie_box_without_p2p() -> None:
     ]
 
 
+def test_h200_in_a_vm_recorded_on_the_first_gpu_run() -> None:
+    """Real answers (data/gpu/2026-11-28-NVIDIA-H200/nvml-record.json, the acceptance run's nvml step):
+    one H200 passed through to a Firecracker VM, NVLink and NUMA queries NOT_SUPPORTED there."""
+    report = read_gpus(ReplayNvml(_box("h200_vm_1gpu")))
+    (d,) = report.devices
+    assert d.name == "NVIDIA H200" and d.compute_capability == "9.0"
+    assert d.memory_total_bytes == 150754820096  # 143,771 MiB: what nvidia-smi showed on this kind of machine
+    assert d.pci_bus_id == "0000:00:06.0"
+    assert (d.pcie_gen_current, d.pcie_width_current) == (5, 16)
+    assert d.nvlinks == [] and d.numa_node is None  # NOT_SUPPORTED -> none, not a crash
+    assert d.cpu_affinity == "0-15"  # mask 65535: the VM's 16 cores
+    assert d.power_limit_w == 700.0 and d.ecc_enabled is True and d.mig_enabled is False
+    assert report.driver_version == "580.159.04" and report.cuda_driver_version == "13.0"
+    # PCIe 5.0 x16: 32 GT/s * 16 lanes * 128/130 / 8 bits = 63.0 GB/s per direction
+    assert report.link_kind == "pcie5"
+    assert report.nominal_Bps == pytest.approx(32e9 * 16 * 128 / 130 / 8, rel=1e-3)
+
+
 def test_direct_nvlink_bridge_counts_links_per_pair() -> None:
     """Two GPUs bridged with 4 NVLink 3.1 links (RTX A6000-style): NV4 between them, PCIe to the rest."""
     box = _box("pcie_4090_no_p2p")
@@ -119,7 +138,7 @@ def test_zero_gpus_is_unavailable() -> None:
         read_gpus(ReplayNvml(box))
 
 
-@pytest.mark.parametrize("name", ["dgx_h100", "pcie_4090_no_p2p", "no_driver"])
+@pytest.mark.parametrize("name", ["dgx_h100", "pcie_4090_no_p2p", "h200_vm_1gpu", "no_driver"])
 def test_recorder_round_trips(name: str) -> None:
     """record() of a replay gives back what the reader needs: reading the re-recording equals reading
     the original (so `python -m zerotune.hw.nvml_replay` on a real box makes valid fixtures)."""
