@@ -75,3 +75,29 @@ def test_host_memory_rates_are_positive_and_above_the_mmap_threshold() -> None:
     assert rates["bytes"] == compute.HOST_MEMORY_BYTES
     assert 1e8 < rates["memory_Bps"] < 1e13  # 0.1 GB/s .. 10 TB/s: any real host
     assert rates["first_touch_Bps"] is None or 1e7 < rates["first_touch_Bps"] < 1e13
+
+
+def test_gpu_block_also_records_the_queued_rate(monkeypatch) -> None:
+    """On a GPU the block is timed twice: synced after each call (the profile's rate) and
+    QUEUED_CALLS calls back to back (recorded for the next GPU run to judge); on a CPU only once.
+    A fake clock: every call of the block takes 2 ms, so both rates are block_flops / 2 ms."""
+    from types import SimpleNamespace
+
+    from zerotune.probe import compute
+
+    now = [0.0]
+
+    def step() -> None:
+        now[0] += 0.002
+
+    monkeypatch.setattr(compute, "block_step", lambda *a: step)
+    monkeypatch.setattr(compute.time, "perf_counter", lambda: now[0])
+    torch = SimpleNamespace(cuda=SimpleNamespace(synchronize=lambda device: None))
+    shape = BlockShape(hidden=256, heads=4, kv_heads=4, ffn=1024, gated=True, batch=1, seq=64)
+    gpu = compute.measure_block(torch, shape, None, SimpleNamespace(type="cuda"), budget_s=0.05)
+    assert gpu["seconds"] == pytest.approx(0.002)
+    assert gpu["queued"]["calls"] == compute.QUEUED_CALLS
+    assert gpu["queued"]["seconds"] == pytest.approx(0.002)
+    assert gpu["queued"]["flops"] == pytest.approx(block_flops(shape) / 0.002)
+    cpu = compute.measure_block(torch, shape, None, SimpleNamespace(type="cpu"), budget_s=0.05)
+    assert "queued" not in cpu

@@ -154,12 +154,33 @@ def block_step(torch: Any, shape: BlockShape, dtype: Any, device: Any) -> Any:
     return step
 
 
+QUEUED_CALLS = 8
+"""GPU: block calls enqueued back to back before one synchronize, for the queued rate (measure_block)."""
+
+
 def measure_block(torch: Any, shape: BlockShape, dtype: Any, device: Any, budget_s: float) -> dict[str, Any]:
-    """Achieved FLOP/s of one block's fwd+bwd (median iteration)."""
+    """Achieved FLOP/s of one block's fwd+bwd (median iteration, a synchronize after each).
+
+    On a GPU also the queued rate: QUEUED_CALLS calls back to back, one synchronize at the end, so the
+    host enqueues while the device runs (as in a whole model's pass, zerotune/model/overheads.py
+    pass_seconds) and the host's launch and sync latency drop out. Recorded next to the synced rate,
+    not used: on the first GPU run (data/gpu/2026-11-28-NVIDIA-H200) the synced rate (305 TFLOP/s on
+    TinyLlama's block) predicted the bench's fwd+bwd timers 26% slow; the next GPU run says which rate
+    the step model should take."""
     step = block_step(torch, shape, dtype, device)
     times = _timed(torch, device, step, warmup=1, budget_s=budget_s, max_iters=20)
     median = statistics.median(times)
-    return {"flops": block_flops(shape) / median, "seconds": median, "iters": len(times)}
+    out = {"flops": block_flops(shape) / median, "seconds": median, "iters": len(times)}
+    if device.type == "cuda":
+
+        def queued() -> None:
+            for _ in range(QUEUED_CALLS):
+                step()
+
+        batches = _timed(torch, device, queued, warmup=0, budget_s=0.0, max_iters=3)
+        per_call = statistics.median(batches) / QUEUED_CALLS
+        out["queued"] = {"flops": block_flops(shape) / per_call, "seconds": per_call, "calls": QUEUED_CALLS}
+    return out
 
 
 def measure_copies(
