@@ -13,7 +13,8 @@ a hung NCCL rank cannot take the run with it):
   probe        `zerotune probe --model tinyllama-1.1b`: collectives (NCCL with >= 2 GPUs), compute at
                the model's shapes, host and CPU Adam; its profile predicts the bench grid
   cpu-adam     DeepSpeed's DeepSpeedCPUAdam built (JIT) and timed on a flat fp32 partition, next to the
-               torch AdamW path the probe times: the offload rate the model uses
+               torch AdamW path the probe times: the offload rate the model uses; and FusedAdam built
+               (JIT), which the benches without offload then load
   bench/<id>   `zerotune bench` per grid point: measured step time, max_memory_allocated/reserved
   calibrate    `zerotune calibrate` on this GPU
   recommend    `zerotune recommend --measure 2` end to end
@@ -466,7 +467,22 @@ def internal_cpu_adam(run: Run) -> dict[str, Any]:
             out["deepspeed"]["speedup_vs_torch"] = (n / median) / torch_rate
     except Exception as exc:  # noqa: BLE001 - recorded as this step's finding
         out["deepspeed"] = {"status": "failed", "reason": f"{type(exc).__name__}: {exc}"[:400]}
+    out["fused_adam"] = _build_fused_adam(torch)
     return out
+
+
+def _build_fused_adam(torch: Any) -> dict[str, Any]:
+    """DeepSpeed's FusedAdam, built (JIT) now so that the benches, which let DeepSpeed build it from
+    their configs' optimizer section (zerotune/bench/config.py), load it rather than each compile it
+    inside its own time limit."""
+    try:
+        from deepspeed.ops.adam import FusedAdam
+
+        start = time.perf_counter()
+        FusedAdam([torch.nn.Parameter(torch.zeros(8, device="cuda"))], lr=1e-4)
+        return {"status": "ok", "build_or_load_s": round(time.perf_counter() - start, 2)}
+    except Exception as exc:  # noqa: BLE001 - recorded; the benches then fail with their own message
+        return {"status": "failed", "reason": f"{type(exc).__name__}: {exc}"[:400]}
 
 
 INTERNAL = {"environment": internal_environment, "nvml": internal_nvml, "cpu-adam": internal_cpu_adam}

@@ -110,12 +110,29 @@ def test_cuda_offload_of_another_optimizer_is_measured_as_deepspeed_adamw() -> N
     assert "zero_allow_untested_optimizer" not in prepared.config
 
 
-def test_cpu_offload_and_cuda_without_offload_keep_the_torch_optimizer() -> None:
-    """CPU must not JIT-compile DeepSpeed's ops (~90 s); without offload the GPU runs torch AdamW."""
+def test_cpu_keeps_the_torch_optimizer() -> None:
+    """CPU must not JIT-compile DeepSpeed's ops (~90 s)."""
     on_cpu = prepare(OFFLOADED, nproc=1, device="cpu")
     assert on_cpu.optimizer is not None and on_cpu.optimizer["type"] == "adamw"
     assert "optimizer" not in on_cpu.config and on_cpu.config["zero_force_ds_cpu_optimizer"] is False
+
+
+def test_cuda_without_offload_lets_deepspeed_build_fused_adam() -> None:
+    """What a user with this config runs on a GPU: DeepSpeed's FusedAdam built from the section (the
+    first GPU run measured torch AdamW inside DeepSpeed instead, data/gpu/2026-11-28-NVIDIA-H200)."""
     plain = {**OFFLOADED, "zero_optimization": {"stage": 2}}
-    assert prepare(plain, nproc=1, device="cuda").optimizer is not None
-    stage0 = {**OFFLOADED, "zero_optimization": {"stage": 0, "offload_optimizer": {"device": "cpu"}}}
-    assert prepare(stage0, nproc=1, device="cuda").optimizer is not None
+    prepared = prepare(plain, nproc=1, device="cuda")
+    assert prepared.optimizer is None
+    assert prepared.config["optimizer"] == {"type": "AdamW", "params": {"lr": 2e-4, "betas": [0.9, 0.95]}}
+    stage0 = {**OFFLOADED, "zero_optimization": {"stage": 0}}
+    assert prepare(stage0, nproc=1, device="cuda").optimizer is None
+
+
+def test_cuda_without_an_adam_section_passes_torch_adamw() -> None:
+    """No optimizer section: HF's Trainer passes its own torch optimizer, and so does the bench; an
+    optimizer DeepSpeed would JIT-build otherwise (Lamb) is measured as torch AdamW, saying so."""
+    bare = {"zero_optimization": {"stage": 2}}
+    assert prepare(bare, nproc=1, device="cuda").optimizer["type"] == "adamw"
+    lamb = {"optimizer": {"type": "Lamb", "params": {"lr": 1e-3}}, "zero_optimization": {"stage": 2}}
+    prepared = prepare(lamb, nproc=1, device="cuda")
+    assert prepared.optimizer is not None and "optimizer" not in prepared.config

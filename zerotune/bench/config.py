@@ -15,6 +15,9 @@ short, comparable, CPU-runnable measurement needs, saying so in `notes`:
   runs use: a torch AdamW on the host is several times slower and would make the measured step
   say nothing about the user's (deepspeed/runtime/engine.py `_configure_basic_optimizer` picks
   DeepSpeedCPUAdam when `zero_cpu_offload()`; `torch_adam` is dropped because it forces torch);
+- on CUDA without offload an Adam/AdamW section stays too: DeepSpeed builds its FusedAdam from it
+  (`_configure_basic_optimizer`, JIT-compiled once per machine), the kernel a user with that config
+  runs; without an optimizer section the bench passes torch AdamW, as HF's Trainer passes its own;
 - the `scheduler` is dropped (a few steps measure time, not a schedule; HF "auto" values there
   would not resolve);
 - `wall_clock_breakdown` is switched on (DeepSpeed's fwd/bwd/step timers) and the comms logger is
@@ -112,7 +115,8 @@ def prepare(
             elif key in config and not isinstance(section, dict):
                 config.pop(key)
     optimizer: dict[str, Any] | None
-    if (device == "cuda" or cpu_adam) and read.zero.optimizer_offloaded:  # what users run: DeepSpeed's CPU Adam
+    deepspeed_builds = read.zero.optimizer_offloaded or (device == "cuda" and _is_adam(config.get("optimizer")))
+    if (device == "cuda" or cpu_adam) and deepspeed_builds:  # what users run: DeepSpeed's CPU or fused Adam
         config["optimizer"] = _deepspeed_adam(config.get("optimizer"), notes)
         optimizer = None
     else:
@@ -184,11 +188,15 @@ def _torch_optimizer(section: Any, notes: list[str]) -> dict[str, Any]:
     return {"type": kind, "params": params}
 
 
+def _is_adam(section: Any) -> bool:
+    return isinstance(section, dict) and str(section.get("type", "")).lower() in ("adam", "adamw")
+
+
 def _deepspeed_adam(section: Any, notes: list[str]) -> dict[str, Any]:
-    """The config's Adam/AdamW section for DeepSpeed to build (DeepSpeedCPUAdam under offload);
-    any other optimizer, or none, becomes AdamW: the offload path the bench can measure."""
-    name = str(section.get("type", "")).lower() if isinstance(section, dict) else ""
-    if name not in ("adam", "adamw"):
+    """The config's Adam/AdamW section for DeepSpeed to build (DeepSpeedCPUAdam under offload,
+    FusedAdam on the GPU without); under offload any other optimizer, or none, becomes AdamW: the
+    offload path the bench can measure."""
+    if not _is_adam(section):
         what = f"optimizer {section.get('type')!r}" if isinstance(section, dict) else "no optimizer section"
         notes.append(f"{what}: measured as DeepSpeed AdamW (DeepSpeedCPUAdam under offload, lr {DEFAULT_LR:g})")
         return {"type": "AdamW", "params": {"lr": DEFAULT_LR}}
@@ -198,7 +206,7 @@ def _deepspeed_adam(section: Any, notes: list[str]) -> dict[str, Any]:
     dropped = sorted(set(raw) - set(params))
     if dropped:
         notes.append(f"optimizer params dropped so DeepSpeed builds its CPU Adam: {', '.join(dropped)}")
-    notes.append(f"optimizer {section.get('type')!r} built by DeepSpeed (DeepSpeedCPUAdam under offload)")
+    notes.append(f"optimizer {section.get('type')!r} built by DeepSpeed (DeepSpeedCPUAdam under offload, else FusedAdam)")
     return {"type": section.get("type"), "params": params}
 
 
