@@ -230,7 +230,10 @@ torch/csrc/autograd/engine.cpp runs a CUDA device's backward on its own thread).
 per thread (aten/src/ATen/cuda/CublasHandlePool.cpp `getCurrentCUDABlasHandle`: a thread-local
 PoolWindow reserves one) and torch keys each workspace on (handle, stream), so a step on one stream
 holds two. Measured: every H200 bench (data/gpu/2026-11-28-NVIDIA-H200, torch 2.11) allocated exactly
-2 x 32 MiB (+ <= 20 KiB; one run + 4 MiB) beyond the step's tensors (tests/unit/test_gpu_memory.py)."""
+2 x 32 MiB (+ <= 20 KiB; one run + 4 MiB) beyond the step's tensors (tests/unit/test_gpu_memory.py).
+The rest is the allocator's: the allocated count is each block's size, a request rounded up to 512 B,
+and a cached large block reused for a request within 1 MiB of its size is not split, so all of it
+counts (c10/cuda/CUDACachingAllocator.cpp `round_size`, `should_split`: remaining > kSmallSize)."""
 
 
 def cublas_workspace_bytes(compute_capability: str | None) -> int:
