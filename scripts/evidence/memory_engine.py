@@ -90,6 +90,9 @@ GRID = [
     _row("s0-bf16-foreach", 0, precision="bf16", seq=4, foreach=True),
     _row("s2-bf16-foreach", 2, precision="bf16", seq=4, reduce_bucket_size=50_000_000, foreach=True),
     _row("s3-bf16-foreach-sg2e7", 3, precision="bf16", seq=4, sub_group_size=20_000_000, foreach=True),
+    # bf16 activations and logits (their fp32 upcast in the loss) at a length where they count
+    _row("s2-bf16-seq128", 2, precision="bf16", seq=128, reduce_bucket_size=50_000_000),
+    _row("s2-bf16-seq512", 2, precision="bf16", seq=512, reduce_bucket_size=50_000_000),
 ]
 
 
