@@ -13,7 +13,7 @@ live bytes after init and the peaks of forward, backward and step. The measureme
 tests/unit/test_memory_engine.py checks the model against them without DeepSpeed.
 
 fp32 rows use seq 128; bf16 matmul is ~150x slower on this CPU, so bf16 rows use seq 4 (memory does
-not depend on speed). Rows pass a torch optimizer (DeepSpeed's ops JIT-compile for ~90 s) except the
+not depend on speed), except two at seq 128 and 512 that check the bf16 activations and logits. Rows pass a torch optimizer (DeepSpeed's ops JIT-compile for ~90 s) except the
 offload rows, where DeepSpeedCPUAdam runs as it would in a real offload job; the `-foreach` rows ask
 torch for its multi-tensor Adam, what it runs on CUDA (the GPU bench's optimizer), where CPU ranks
 default to the single-tensor one.
