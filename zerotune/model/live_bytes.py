@@ -254,7 +254,8 @@ def optimizer_temporaries(s: StepInputs, stepped: int, largest: int) -> int:
     """Bytes a torch Adam/AdamW makes while it updates `stepped` elements whose largest tensor holds
     `largest` (0 for DeepSpeed's fused and CPU Adam, which update in their kernels). torch picks the
     implementation by device (torch/optim/optimizer.py `_default_to_fused_or_foreach`: foreach when
-    every tensor is on CUDA, never fused by default):
+    every tensor is on CUDA, never fused by default; "we default to foreach", torch.optim.AdamW's docs:
+    https://docs.pytorch.org/docs/stable/generated/torch.optim.AdamW.html):
     - single-tensor (CPU; torch/optim/adam.py `_single_tensor_adam`): one tensor at a time,
       `exp_avg_sq.sqrt()` and its quotient by the bias correction live together: two of the largest
       (measured on the CPU engine, data/evidence/memory_engine.json);
