@@ -13,8 +13,10 @@ live bytes after init and the peaks of forward, backward and step. The measureme
 tests/unit/test_memory_engine.py checks the model against them without DeepSpeed.
 
 fp32 rows use seq 128; bf16 matmul is ~150x slower on this CPU, so bf16 rows use seq 4 (memory does
-not depend on speed). Rows pass a torch optimizer (DeepSpeed's ops JIT-compile for ~90 s) except the
-offload rows, where DeepSpeedCPUAdam runs as it would in a real offload job.
+not depend on speed), except two at seq 128 and 512 that check the bf16 activations and logits. Rows pass a torch optimizer (DeepSpeed's ops JIT-compile for ~90 s) except the
+offload rows, where DeepSpeedCPUAdam runs as it would in a real offload job; the `-foreach` rows ask
+torch for its multi-tensor Adam, what it runs on CUDA (the GPU bench's optimizer), where CPU ranks
+default to the single-tensor one.
 """
 
 from __future__ import annotations
@@ -49,11 +51,12 @@ the model has the stage 1/2 bucket flush's flattened copy (zerotune.model.live_b
 
 
 def _row(name: str, stage: int, *, precision: str = "fp32", seq: int = 128, micro: int = 1, ga: int = 1,
-         ckpt: bool = False, offload: str = "none", **zero: Any) -> dict[str, Any]:
+         ckpt: bool = False, offload: str = "none", foreach: bool = False, **zero: Any) -> dict[str, Any]:
     section: dict[str, Any] = {"stage": stage, **zero}
     if offload != "none":
         section["offload_optimizer"] = {"device": offload}
-    config: dict[str, Any] = {"zero_optimization": section, "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}}}
+    params: dict[str, Any] = {"lr": 1e-4, **({"foreach": True} if foreach else {})}
+    config: dict[str, Any] = {"zero_optimization": section, "optimizer": {"type": "AdamW", "params": params}}
     if precision == "bf16":
         config["bf16"] = {"enabled": True}
     return {"name": name, "config": config, "seq": seq, "micro": micro, "ga": ga, "ckpt": ckpt,
@@ -82,6 +85,14 @@ GRID = [
     _row("s3-bf16", 3, precision="bf16", seq=4),
     _row("s2-offload", 2, offload="cpu", reduce_bucket_size=50_000_000),
     _row("s3-offload", 3, offload="cpu"),
+    # torch's multi-tensor Adam, its default on CUDA (the GPU bench's optimizer), forced on the CPU
+    # ranks; stage 3 with sub-groups smaller than the rank's partition
+    _row("s0-bf16-foreach", 0, precision="bf16", seq=4, foreach=True),
+    _row("s2-bf16-foreach", 2, precision="bf16", seq=4, reduce_bucket_size=50_000_000, foreach=True),
+    _row("s3-bf16-foreach-sg2e7", 3, precision="bf16", seq=4, sub_group_size=20_000_000, foreach=True),
+    # bf16 activations and logits (their fp32 upcast in the loss) at a length where they count
+    _row("s2-bf16-seq128", 2, precision="bf16", seq=128, reduce_bucket_size=50_000_000),
+    _row("s2-bf16-seq512", 2, precision="bf16", seq=512, reduce_bucket_size=50_000_000),
 ]
 
 
@@ -146,8 +157,9 @@ def predicted_phases(spec: ModelSpec, row: dict[str, Any]) -> dict[str, int]:
 
     # the rows pass a torch optimizer except under offload (DeepSpeedCPUAdam); on a CPU host the
     # offloaded states share the one memory with everything else
+    foreach = bool(row["config"]["optimizer"]["params"].get("foreach"))  # else torch's CPU default: single-tensor
     est = estimate_memory(spec, workload(row), resolve(row["engine_config"]).zero, torch_optimizer=not row["cpu_adam"],
-                          gloo=True)
+                          foreach=foreach, gloo=True)
     return est.bench_phases_flat(host_is_device=True)
 
 

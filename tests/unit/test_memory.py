@@ -9,6 +9,7 @@ import pytest
 from zerotune.dsconfig.settings import OffloadOptimizer, OffloadParam, ZeroSettings
 from zerotune.model.activations import LOGIT_BYTES, activation_bytes, layer_activation_bytes
 from zerotune.model.counters import RESERVED_FRAGMENTATION, counter_bytes
+from zerotune.model.live_bytes import CUBLAS_WORKSPACES, cublas_workspace_bytes
 from zerotune.model.memory import (
     CUDA_CONTEXT_BYTES,
     FRAGMENTATION,
@@ -24,6 +25,10 @@ from zerotune.schema.model import LayerSpec, ModelSpec
 from zerotune.schema.workload import Workload
 
 GB = 10**9
+
+
+WORKSPACES = CUBLAS_WORKSPACES * cublas_workspace_bytes("9.0")
+"""the two cuBLAS workspaces of a CUDA rank on an unknown GPU (taken as Hopper's): live_bytes"""
 
 
 def llama(
@@ -179,10 +184,11 @@ def test_model_states_per_stage_for_llama_7b_bf16_adamw() -> None:
     e0, e1, e2, e3 = (estimate_memory(LLAMA_7B, w, _zero(s)) for s in range(4))
     # between steps (gradients freed): the ZeRO paper's states without the gradients, K = 12
     # (bf16 params; fp32 master + Adam moments), partitioned per stage
-    assert e0.phase("after step").total == 2 * psi + 12 * psi
+    # from the first forward on, a CUDA rank also holds its two cuBLAS workspaces (live_bytes)
+    assert e0.phase("after step").total == 2 * psi + 12 * psi + WORKSPACES
     # stages 1 and 2 keep nothing of the reduction after the step (the real engine, measured with
     # every free recorded: data/evidence/memory_engine.json s1-b5e6, s1-ga2)
-    assert e1.phase("after step").total == e2.phase("after step").total == 2 * psi + 12 * part
+    assert e1.phase("after step").total == e2.phase("after step").total == 2 * psi + 12 * part + WORKSPACES
     persistent = persistent_elements(
         tuple(t for la in LLAMA_7B.layers for t in la.tensors), 100_000, 2**63 - 1
     )
@@ -190,11 +196,11 @@ def test_model_states_per_stage_for_llama_7b_bf16_adamw() -> None:
     s3_params = 2 * (persistent + -(-(psi - persistent) // n))
     # stage 3 adds the 16-bit gradient partition buffer and the contiguous reduce bucket
     bucket = 2 * ZeroSettings().reduce_bucket_size
-    assert e3.phase("after step").total == s3_params + 12 * part + 2 * part + bucket
+    assert e3.phase("after step").total == s3_params + 12 * part + 2 * part + bucket + WORKSPACES
     # stage 1 without overlap reduces after backward: every full 16-bit gradient and the bucket are
     # live before grads_in_partition exists (stage_1_and_2.py reduce_gradients)
     s1_reduce = e1.phase("reduce (first bucket)")
-    assert s1_reduce.total == 2 * psi + 12 * part + 2 * psi + bucket
+    assert s1_reduce.total == 2 * psi + 12 * part + 2 * psi + bucket + WORKSPACES
     # the peaks never add a term's maximum to another's that is not live with it
     assert e0.per_gpu.total > e2.per_gpu.total > e3.per_gpu.total
 
@@ -305,7 +311,7 @@ def test_persistence_thresholds() -> None:
 
 def test_overhead_is_context_plus_fragmentation_of_short_lived_allocations() -> None:
     b = estimate_memory(LLAMA_7B, Workload(), _zero(2)).per_gpu
-    assert b.overhead == CUDA_CONTEXT_BYTES + int(FRAGMENTATION * (b.activations + b.comm_buffers))
+    assert b.overhead == WORKSPACES + CUDA_CONTEXT_BYTES + int(FRAGMENTATION * (b.activations + b.comm_buffers))
 
 
 def test_counters_read_live_bytes_then_cached_blocks_then_context() -> None:
@@ -315,13 +321,13 @@ def test_counters_read_live_bytes_then_cached_blocks_then_context() -> None:
     w = Workload(gpus_per_node=8, micro_batch=4, activation_checkpointing=True)
     est = estimate_memory(LLAMA_7B, w, _zero(3), hardware=H100)
     b = est.per_gpu
-    live = b.model_states + b.comm_buffers + b.activations
+    live = b.model_states + b.comm_buffers + b.activations + WORKSPACES
     allocated, reserved = counter_bytes(est, "max_allocated"), counter_bytes(est, "max_reserved")
     assert allocated == live
     assert reserved == int(live / (1 - RESERVED_FRAGMENTATION)) < est.gpu_capacity_bytes
     assert counter_bytes(est, "nvidia-smi") == reserved + CUDA_CONTEXT_BYTES
     near = estimate_memory(LLAMA_7B, w.model_copy(update={"micro_batch": 40}), _zero(3), hardware=H100)
-    live = near.per_gpu.model_states + near.per_gpu.comm_buffers + near.per_gpu.activations
+    live = near.per_gpu.model_states + near.per_gpu.comm_buffers + near.per_gpu.activations + WORKSPACES
     assert live / (1 - RESERVED_FRAGMENTATION) > near.gpu_capacity_bytes - CUDA_CONTEXT_BYTES  # the cap binds
     assert counter_bytes(near, "max_reserved") == max(live, near.gpu_capacity_bytes - CUDA_CONTEXT_BYTES)
     assert counter_bytes(near, "nvidia-smi") <= max(live + CUDA_CONTEXT_BYTES, near.gpu_capacity_bytes)
@@ -582,5 +588,5 @@ def test_stage1_fp32_grad_accum_runs_bf16_optimizer_with_full_fp32_gradients() -
     part = -(-psi // n)
     # BF16_Optimizer: bf16 params, fp32 master + moments of the partition, and a full-model fp32
     # gradient accumulator from init on, in place of buckets and grads_in_partition
-    assert est.phase("after step").total == 2 * psi + 12 * part + 4 * psi
+    assert est.phase("after step").total == 2 * psi + 12 * part + 4 * psi + WORKSPACES
     assert est.phase("after init").total == 2 * psi + 4 * part + 4 * psi

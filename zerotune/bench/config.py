@@ -39,8 +39,10 @@ from zerotune.schema.model import ModelSpec
 DEFAULT_LR = 1e-3
 _TORCH_OPTIMIZERS = {"adam": "adam", "adamw": "adamw", "sgd": "sgd", "adagrad": "adagrad"}
 _OPTIMIZER_PARAMS = {
-    "adam": ("lr", "betas", "eps", "weight_decay"),
-    "adamw": ("lr", "betas", "eps", "weight_decay"),
+    # `foreach` picks torch's multi-tensor Adam (None: torch's choice by device); DeepSpeed's config
+    # passes it to a torch Adam too (runtime/engine.py `_configure_basic_optimizer`)
+    "adam": ("lr", "betas", "eps", "weight_decay", "foreach"),
+    "adamw": ("lr", "betas", "eps", "weight_decay", "foreach"),
     "sgd": ("lr", "momentum", "weight_decay", "nesterov"),
     "adagrad": ("lr", "eps", "weight_decay"),
 }
@@ -201,7 +203,8 @@ def _deepspeed_adam(section: Any, notes: list[str]) -> dict[str, Any]:
         notes.append(f"{what}: measured as DeepSpeed AdamW (DeepSpeedCPUAdam under offload, lr {DEFAULT_LR:g})")
         return {"type": "AdamW", "params": {"lr": DEFAULT_LR}}
     raw = section.get("params") if isinstance(section.get("params"), dict) else {}
-    params = {k: v for k, v in raw.items() if k in _OPTIMIZER_PARAMS["adamw"] and v not in (None, "auto")}
+    kept = set(_OPTIMIZER_PARAMS["adamw"]) - {"foreach"}  # a torch Adam's knob, not DeepSpeed's CPU Adam's
+    params = {k: v for k, v in raw.items() if k in kept and v not in (None, "auto")}
     params.setdefault("lr", DEFAULT_LR)
     dropped = sorted(set(raw) - set(params))
     if dropped:

@@ -34,7 +34,13 @@ def predict(result: BenchResult, hardware: Any) -> Prediction:
     """The models' prediction for the same proxy, workload and config: step time when a profile is
     given, the per-GPU memory peak always (it needs no measured rate)."""
     prediction = _predict_step(result, hardware)
-    return prediction.model_copy(update={"peak_memory_bytes": predict_memory(result)})
+    return prediction.model_copy(update={"peak_memory_bytes": predict_memory(result, hardware)})
+
+
+def ran_torch_optimizer(result: BenchResult) -> bool:
+    """Whether the ranks passed a torch optimizer to `deepspeed.initialize`: zerotune.bench.config
+    `prepare` takes the `optimizer` section out of the config it gives the engine exactly then."""
+    return "optimizer" not in result.config
 
 
 def with_predicted_phases(result: BenchResult, *, torch_optimizer: bool = True) -> BenchResult:
@@ -68,19 +74,27 @@ def with_predicted_phases(result: BenchResult, *, torch_optimizer: bool = True) 
     return result.model_copy(update={"memory_phases": rows})
 
 
-def predict_memory(result: BenchResult) -> int | None:
-    """zerotune.model.memory's per-GPU peak (no safety margin) for the proxy the bench ran."""
+def predict_memory(result: BenchResult, hardware: Any = None) -> int | None:
+    """zerotune.model.memory's per-GPU peak (no safety margin) for the proxy the bench ran, as the
+    bench's counter reads it: torch.cuda.max_memory_allocated, the live bytes at the peak phase
+    without the CUDA context or the allocator's cached blocks (zerotune.model.counters), with the
+    optimizer the ranks ran (a torch one's update temporaries) and the GPU's cuBLAS workspaces
+    (`hardware`'s compute capability)."""
     try:
+        from zerotune.model.counters import counter_bytes
         from zerotune.model.memory import estimate_memory
 
         estimate = estimate_memory(
             ModelSpec.model_validate(result.proxy.model),
             proxy_workload(result.proxy),
             resolve(result.config).zero,
+            hardware=hardware,
+            torch_optimizer=ran_torch_optimizer(result),
+            gloo=result.device == "cpu",  # CPU ranks run gloo (step_worker)
         )
     except Exception:  # noqa: BLE001 - the model is another component: never fail the measurement
         return None
-    return int(estimate.per_gpu.total)
+    return counter_bytes(estimate, "max_allocated")
 
 
 def _predict_step(result: BenchResult, hardware: Any) -> Prediction:

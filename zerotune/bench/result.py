@@ -132,7 +132,9 @@ class Prediction(_Model):
         None, description="the profile's expected step-time error, percent (catalog/trust.py expected_error)"
     )
     peak_memory_bytes: int | None = Field(
-        None, description="zerotune.model.memory's per-GPU peak for the proxy (no margin)"
+        None,
+        description="zerotune.model.memory's per-GPU peak for the proxy (no margin) as max_memory_allocated "
+        "counts it: no CUDA context, no cached blocks (zerotune.model.counters)",
     )
 
 

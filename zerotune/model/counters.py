@@ -32,7 +32,8 @@ def counter_bytes(estimate: MemoryEstimate, kind: str) -> int:
     torch counters, not this): reserved plus the context and NCCL buffers (CUDA_CONTEXT_BYTES).
     A calibrated slack (`gpu.memory_slack_bytes`) is added to every counter, as it was measured."""
     b = estimate.per_gpu
-    live = b.model_states + b.comm_buffers + b.activations
+    top = estimate.peak_phase  # the live bytes there include the framework's own (cuBLAS workspaces)
+    live = top.total if top is not None else b.model_states + b.comm_buffers + b.activations
     slack = b.total - live - CUDA_CONTEXT_BYTES - int(FRAGMENTATION * (b.activations + b.comm_buffers))
     if kind == "max_allocated":
         return live + slack

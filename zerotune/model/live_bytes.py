@@ -32,6 +32,8 @@ Terms (bytes of one rank; e = model dtype, Ψ parameters, part = ⌈Ψ/N_d⌉, R
   freed before the optimizer runs. A torch optimizer then makes two temporaries of the tensor it
   steps (torch.optim.adamw `_single_tensor_adamw`: exp_avg_sq.sqrt() and its quotient), one flat
   partition at stage 1-3; DeepSpeed's fused/CPU Adam makes none;
+- on CUDA, from the first forward on: one cuBLAS workspace per thread that runs matmuls
+  (`CUBLAS_WORKSPACES`, `cublas_workspace_bytes`), through the caching allocator;
 - accumulation: stage 1 keeps the full Ψ gradients across micro-steps; stage 2 keeps the partition's
   averaged gradients (part·e) from the previous micro-step while the next backward allocates a fresh
   `grads_in_partition` (`independent_gradient_partition_epilogue`: `averaged_gradients` still holds
@@ -49,13 +51,14 @@ from typing import NamedTuple
 from zerotune.model.memory_facts import ActivationPhases
 
 PARAMS, GRADS, OPTIMIZER, BUFFERS, ACTIVATIONS = "params", "gradients", "optimizer_states", "comm_buffers", "activations"
-"""The MemoryBreakdown field each live term lands in."""
+OVERHEAD = "overhead"
+"""The MemoryBreakdown field each live term lands in (OVERHEAD: the framework's own allocations)."""
 
 
 class Term(NamedTuple):
     label: str
     kind: str
-    """one of PARAMS, GRADS, OPTIMIZER, BUFFERS, ACTIVATIONS"""
+    """one of PARAMS, GRADS, OPTIMIZER, BUFFERS, ACTIVATIONS, OVERHEAD"""
     nbytes: int
 
 
@@ -150,6 +153,10 @@ class StepInputs(NamedTuple):
     it the bucket is all-reduced in place)"""
     zero_init: bool = True
     """stage 3: the model is built under deepspeed.zero.Init (else it is on the GPU whole once at init)"""
+    foreach: bool = False
+    """the torch optimizer runs torch's multi-tensor (foreach) implementation (`optimizer_temporaries`)"""
+    blas_workspaces: int = 0
+    """bytes of the cuBLAS workspaces live from the first forward on (CUDA ranks; `cublas_workspace_bytes`)"""
 
 
 def with_host(s: StepInputs, phases: tuple[Phase, ...]) -> tuple[Phase, ...]:
@@ -187,12 +194,12 @@ def steady(s: StepInputs) -> tuple[Term, ...]:
     # the device-side staging buffer of the largest parameter, made at init
     # (stage_1_and_2.py __init__ `temp_grad_buffer_for_gpu_offload`)
     staging = s.largest_tensor * s.elem if s.offload and s.stage in (1, 2) else None
-    return _steady(s.params, staging, s.master, s.moments)
+    return _steady(s.params, staging, s.master, s.moments, s.blas_workspaces)
 
 
 @lru_cache(maxsize=4096)
-def _steady(params: int, staging: int | None, master: int, moments: int) -> tuple[Term, ...]:
-    """`steady` on the four numbers it reads: the search's thousands of timelines share a few steady
+def _steady(params: int, staging: int | None, master: int, moments: int, blas: int) -> tuple[Term, ...]:
+    """`steady` on the five numbers it reads: the search's thousands of timelines share a few steady
     states (the knobs it varies move the step's transient terms, not these)."""
     terms = [_t("parameters", PARAMS, params)]
     if staging is not None:
@@ -201,7 +208,64 @@ def _steady(params: int, staging: int | None, master: int, moments: int) -> tupl
         terms.append(_t("master weights", OPTIMIZER, master))
     if moments:
         terms.append(_t("optimizer moments", OPTIMIZER, moments))
+    if blas:
+        terms.append(_t(BLAS_WORKSPACES, OVERHEAD, blas))
     return tuple(terms)
+
+
+def before_first_step(base: tuple[Term, ...], *, keep_moments: bool = False) -> tuple[Term, ...]:
+    """What of the steady state `deepspeed.initialize` has made: no matmul has run yet (no cuBLAS
+    workspace), and the optimizer makes its moments at its first step unless `keep_moments` (the
+    16-bit wrappers that initialise them at init)."""
+    gone = (BLAS_WORKSPACES,) if keep_moments else (BLAS_WORKSPACES, "optimizer moments")
+    return tuple(t for t in base if t.label not in gone)
+
+
+BLAS_WORKSPACES = "cuBLAS workspaces"
+
+CUBLAS_WORKSPACES = 2
+"""Threads that run matmuls in a training step: the Python thread (forward) and the autograd engine's
+worker thread of the device (backward, and the recomputation of checkpointed blocks inside it:
+torch/csrc/autograd/engine.cpp runs a CUDA device's backward on its own thread). cuBLAS handles are
+per thread (aten/src/ATen/cuda/CublasHandlePool.cpp `getCurrentCUDABlasHandle`: a thread-local
+PoolWindow reserves one) and torch keys each workspace on (handle, stream), so a step on one stream
+holds two. Measured: every H200 bench (data/gpu/2026-11-28-NVIDIA-H200, torch 2.11) allocated exactly
+2 x 32 MiB (+ <= 20 KiB; one run + 4 MiB) beyond the step's tensors (tests/unit/test_gpu_memory.py).
+The rest is the allocator's: the allocated count is each block's size, a request rounded up to 512 B,
+and a cached large block reused for a request within 1 MiB of its size is not split, so all of it
+counts (c10/cuda/CUDACachingAllocator.cpp `round_size`, `should_split`: remaining > kSmallSize)."""
+
+
+def cublas_workspace_bytes(compute_capability: str | None) -> int:
+    """One cuBLAS workspace, allocated through PyTorch's caching allocator (so counted by
+    torch.cuda.memory_allocated) at a handle's first matmul on a stream and kept for the process:
+    32 MiB from Hopper on, else `:4096:2:16:8` = 2 x 4096 KiB + 8 x 16 KiB (torch
+    aten/src/ATen/cuda/CublasHandlePool.cpp `parseChosenWorkspaceSize`, v2.11.0:
+    https://github.com/pytorch/pytorch/blob/v2.11.0/aten/src/ATen/cuda/CublasHandlePool.cpp; the
+    CUBLAS_WORKSPACE_CONFIG variable overrides it). An unknown GPU takes the larger."""
+    try:
+        major = int((compute_capability or "9").split(".")[0])
+    except ValueError:
+        major = 9
+    return 32 * 1024 * 1024 if major >= 9 else (2 * 4096 + 8 * 16) * 1024
+
+
+def optimizer_temporaries(s: StepInputs, stepped: int, largest: int) -> int:
+    """Bytes a torch Adam/AdamW makes while it updates `stepped` elements whose largest tensor holds
+    `largest` (0 for DeepSpeed's fused and CPU Adam, which update in their kernels). torch picks the
+    implementation by device (torch/optim/optimizer.py `_default_to_fused_or_foreach`: foreach when
+    every tensor is on CUDA, never fused by default; "we default to foreach", torch.optim.AdamW's docs:
+    https://docs.pytorch.org/docs/stable/generated/torch.optim.AdamW.html):
+    - single-tensor (CPU; torch/optim/adam.py `_single_tensor_adam`): one tensor at a time,
+      `exp_avg_sq.sqrt()` and its quotient by the bias correction live together: two of the largest
+      (measured on the CPU engine, data/evidence/memory_engine.json);
+    - multi-tensor (CUDA; `_multi_tensor_adam`): `torch._foreach_sqrt(exp_avg_sqs)` makes one
+      tensor for every tensor of the group at once, then divides and adds to them in place: one of
+      all the elements stepped (measured on the CPU engine with `foreach: true`, the same rows, and
+      on the H200 benches: tests/unit/test_gpu_memory.py)."""
+    if not s.torch_optimizer:
+        return 0
+    return (stepped if s.foreach else 2 * largest) * s.master_width
 
 
 @lru_cache(maxsize=4096)
@@ -229,9 +293,8 @@ def _device_phases(s: StepInputs) -> tuple[Phase, ...]:
     e, part, psi = s.elem, s.part, s.psi
     if s.stage == 1 and s.grad_accum_width > e == 2 and not s.offload:
         base += (_t("fp32 gradient accumulator", GRADS, psi * s.grad_accum_width),)
-    init = tuple(t for t in base if t.label != "optimizer moments")
-    if s.stage == 0 and e != s.master_width:
-        init = base  # the fp16/bf16 wrappers create the moments at init (`initialize_optimizer_states`)
+    # the fp16/bf16 wrappers create the moments at init (`initialize_optimizer_states`)
+    init = before_first_step(base, keep_moments=s.stage == 0 and e != s.master_width)
     carried: tuple[Term, ...] = ()
     buffers = min(s.bucket, psi) if not s.contiguous else s.bucket * (2 if s.overlap else 1)
     bucket_term = _t("reduce bucket" + ("s" if s.contiguous and s.overlap else ""), BUFFERS, buffers * e)
@@ -355,9 +418,10 @@ def _stage0_step(s: StepInputs, base: tuple[Term, ...], grads: Term) -> Phase:
     mixed-precision wrapper (runtime/engine.py `_configure_fp16_optimizer`): with DeepSpeed's fused
     Adam, FP16_Optimizer flattens the gradients and casts them to fp32 (fp16/fused_optimizer.py
     `step`, one flat fp32 group); with a torch optimizer, FP16_UnfusedOptimizer casts each gradient
-    to an fp32 copy (fp16/unfused_optimizer.py `step`), so the update's temporaries are per tensor."""
+    to an fp32 copy (fp16/unfused_optimizer.py `step`), and the optimizer steps the fp32 copies of all
+    the tensors, its temporaries over all of them on CUDA (`optimizer_temporaries`)."""
     e, psi = s.elem, s.psi
-    temps = 2 * s.largest_tensor * s.master_width if s.torch_optimizer else 0
+    temps = optimizer_temporaries(s, psi, s.largest_tensor)
     temp = (_t("optimizer temporaries", OPTIMIZER, temps),) if temps else ()
     if e == s.master_width:
         return Phase("optimizer step", "step", base + (grads,) + temp)
@@ -373,8 +437,8 @@ def _bf16_optimizer(s: StepInputs, phases: list[Phase]) -> tuple[Phase, ...]:
     (runtime/engine.py `_do_optimizer_sanity_check`), whose full-model fp32 gradient accumulator
     (bf16_optimizer.py `fp32_groups_gradients_flat`, allocated at init) replaces the buckets and
     grads_in_partition; the optimizer steps on its partition in place."""
-    base = phases[0].terms + tuple(t for t in steady(s) if t.label == "optimizer moments")
-    temps = 2 * s.part * s.master_width if s.torch_optimizer else 0
+    base = phases[0].terms + tuple(t for t in steady(s) if t.label in ("optimizer moments", BLAS_WORKSPACES))
+    temps = optimizer_temporaries(s, s.part, s.part)
     step = base + ((_t("optimizer temporaries", OPTIMIZER, temps),) if temps else ())
     return (*phases, Phase("optimizer step", "step", step), Phase("after step", "end", base))
 
@@ -385,7 +449,7 @@ def _step(
     """The optimizer step. Stage 0 steps the gradients in place (plus the update's temporaries); ZeRO
     first flattens the partition's gradients and casts them to fp32 next to the gradients, frees
     those, then updates: the larger of the two moments."""
-    temps = 2 * stepped * s.master_width if s.torch_optimizer else 0
+    temps = optimizer_temporaries(s, stepped, stepped)
     temp = (_t("optimizer temporaries", OPTIMIZER, temps),) if temps else ()
     if not flatten:
         return Phase("optimizer step", "step", base + grads + temp)

@@ -22,11 +22,14 @@ from zerotune.model.fit import padded
 from zerotune.model.live_bytes import (
     ACTIVATIONS,
     BUFFERS,
+    CUBLAS_WORKSPACES,
     GRADS,
     OPTIMIZER,
+    OVERHEAD,
     PARAMS,
     Phase,
     StepInputs,
+    cublas_workspace_bytes,
     peak,
     timeline_below_stage3,
 )
@@ -35,6 +38,7 @@ from zerotune.model.memory_facts import (
     facts_of,
     first_fetch_elements,
     gathered_elements,
+    largest_sub_group,
     linear_keeps_gathered,
     persistent_of,
     reuse_kept_elements,
@@ -74,6 +78,11 @@ would measure it."""
 
 
 _host_total = attrgetter("host_total")
+
+
+def _compute_capability(hardware: HardwareProfile | None) -> str | None:
+    gpu = hardware.gpu if hardware is not None else None
+    return gpu.compute_capability if gpu is not None else None
 
 
 def _slack(hardware: HardwareProfile | None) -> int:
@@ -192,14 +201,18 @@ def estimate_memory(
     hardware: HardwareProfile | None = None,
     safety_margin: float = DEFAULT_MARGIN,
     torch_optimizer: bool = False,
+    foreach: bool | None = None,
     gloo: bool = False,
 ) -> MemoryEstimate:
     """Peak bytes per GPU (and host/NVMe per node) of one data-parallel DeepSpeed ZeRO rank.
 
     Data parallelism only: N_d = workload.world_size. The peak is the phase of the step with the most
     live bytes (module docstring). `torch_optimizer`: the optimizer is a torch one passed to
-    `deepspeed.initialize` (its update makes temporaries; DeepSpeed's fused and CPU Adam do not).
-    `gloo`: the ranks' collectives run on gloo (CPU ranks: `zerotune bench` on a CPU host).
+    `deepspeed.initialize` (its update makes temporaries; DeepSpeed's fused and CPU Adam do not);
+    `foreach`: it runs torch's multi-tensor implementation (None: torch's default for the ranks'
+    device, multi-tensor on CUDA and single-tensor on CPU; zerotune.model.live_bytes
+    `optimizer_temporaries`). `gloo`: the ranks' collectives run on gloo (CPU ranks: `zerotune bench`
+    on a CPU host, where no cuBLAS workspace exists).
     """
     facts = facts_of(model)
     stage = zero.stage
@@ -286,7 +299,7 @@ def estimate_memory(
         grad_accum=workload.grad_accum,
         acts=acts,
         torch_optimizer=torch_optimizer,
-        step_elements=min(part, zero.sub_group_size) if stage == 3 else part,
+        step_elements=largest_sub_group(facts, n_d, zero.sub_group_size) if stage == 3 else part,
         offload=offload,
         gathered_bytes=gathered * e,
         prefetch_bytes=min(zero.prefetch_bucket_size, facts.psi) * e if stage == 3 else 0,
@@ -297,6 +310,8 @@ def estimate_memory(
         host_accum=host_accum,
         reduce_scatter=zero.reduce_scatter,
         zero_init=workload.zero_init,
+        foreach=not gloo if foreach is None else foreach,
+        blas_workspaces=0 if gloo else CUBLAS_WORKSPACES * cublas_workspace_bytes(_compute_capability(hardware)),
     )
     timeline = timeline_stage3(inputs) if stage == 3 else timeline_below_stage3(inputs)
     kinds = peak(timeline).kinds()
@@ -308,7 +323,9 @@ def estimate_memory(
         optimizer_states=kinds.get(OPTIMIZER, 0),
         comm_buffers=comm,
         activations=activations,
-        overhead=max(0, CUDA_CONTEXT_BYTES + int(FRAGMENTATION * (activations + comm)) + _slack(hardware)),
+        overhead=max(
+            0, kinds.get(OVERHEAD, 0) + CUDA_CONTEXT_BYTES + int(FRAGMENTATION * (activations + comm)) + _slack(hardware)
+        ),
     )
     per_node = workload.gpus_per_node
     # host memory outside the optimizer-offload timeline: offloaded parameters without optimizer

@@ -115,6 +115,24 @@ def persistent_of(facts: Facts, threshold: int, model_threshold: int) -> int:
 
 
 @lru_cache(maxsize=4096)
+def largest_sub_group(facts: Facts, n_d: int, sub_group_size: int) -> int:
+    """Elements of the largest stage-3 sub-group one rank steps at once. DeepSpeed 0.19.8
+    runtime/zero/stage3.py `_create_fp16_sub_groups` walks the parameters in order, adding each one's
+    partition (⌈numel/N_d⌉ elements, `partition_numel`), and closes a sub-group once it holds at least
+    `sub_group_size` elements: a sub-group overshoots by up to its last tensor's partition. The
+    rank's whole partition is one sub-group when it holds no more than `sub_group_size`."""
+    parts = [-(-t // n_d) for t in facts.tensors]
+    if sum(parts) <= sub_group_size:
+        return sum(parts)
+    largest = group = 0
+    for numel in parts:
+        group += numel
+        if group >= sub_group_size:
+            largest, group = max(largest, group), 0
+    return max(largest, group)
+
+
+@lru_cache(maxsize=4096)
 def activations_of(
     facts: Facts,
     seq: int,

@@ -38,6 +38,8 @@ from zerotune.model.live_bytes import (
     StepInputs,
     Term,
     activations_left,
+    before_first_step,
+    optimizer_temporaries,
     steady,
     with_host,
 )
@@ -52,7 +54,7 @@ def _between_steps(steady_terms: tuple[Term, ...], grad_buffer: int, bucket: int
     """(live between steps, live after init: no moments yet), on the numbers they read: the search's
     stage-3 grid varies the transient terms around a few of these."""
     base = steady_terms + (Term("gradient partition buffer", GRADS, grad_buffer), Term("reduce bucket", BUFFERS, bucket))
-    return base, tuple(t for t in base if t.label != "optimizer moments")
+    return base, before_first_step(base)
 
 
 @lru_cache(maxsize=8192)
@@ -120,7 +122,7 @@ def timeline_stage3(s: StepInputs) -> tuple[Phase, ...]:
         flat = Term("flattened gradient sub-group", GRADS, s.step_elements * e)
         fp32 = Term("fp32 gradient copy", GRADS, s.step_elements * s.master_width)
         copy = (flat,) if e == s.master_width else (flat, fp32)
-        temps = 2 * s.step_elements * s.master_width if s.torch_optimizer else 0
+        temps = optimizer_temporaries(s, s.step_elements, s.step_elements)
         first = Phase("optimizer step (gradient copy)", "step", base + copy)
         second = Phase(
             "optimizer step (update)", "step", base + (fp32,) + ((Term("optimizer temporaries", OPTIMIZER, temps),) if temps else ())
