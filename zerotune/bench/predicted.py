@@ -14,11 +14,14 @@ from zerotune.dsconfig.settings import resolve
 from zerotune.schema.model import ModelSpec
 
 
-def proxy_workload(proxy: Proxy) -> Any:
-    """The Workload a bench proxy ran: its shape, accumulation, precision and world."""
+def proxy_workload(proxy: Proxy, *, torch_optimizer: bool = False) -> Any:
+    """The Workload a bench proxy ran: its shape, accumulation, precision and world, and whether its
+    optimizer was a torch one (`BenchResult.optimizer_class`: zerotune/bench/config.py passes torch's
+    AdamW on a GPU without offload)."""
     from zerotune.schema.workload import Workload
 
     return Workload(
+        torch_optimizer=torch_optimizer,
         seq_len=proxy.seq_len,
         micro_batch=proxy.micro_batch,
         grad_accum=proxy.grad_accum,
@@ -28,6 +31,14 @@ def proxy_workload(proxy: Proxy) -> Any:
         gpus_per_node=max(1, proxy.nproc // proxy.nodes),
         nodes=proxy.nodes,
     )
+
+
+TORCH_OPTIMIZER_CLASSES = ("Adam", "AdamW")
+"""`BenchResult.optimizer_class` of torch.optim's Adam/AdamW (DeepSpeed's are FusedAdam, DeepSpeedCPUAdam)."""
+
+
+def ran_torch_optimizer(result: BenchResult) -> bool:
+    return result.optimizer_class in TORCH_OPTIMIZER_CLASSES
 
 
 def predict(result: BenchResult, hardware: Any) -> Prediction:
@@ -105,7 +116,7 @@ def _predict_step(result: BenchResult, hardware: Any) -> Prediction:
     if hardware is None:
         return Prediction(note="no hardware profile: run `zerotune probe` or pass --profile")
     proxy = result.proxy
-    workload = proxy_workload(proxy)
+    workload = proxy_workload(proxy, torch_optimizer=ran_torch_optimizer(result))
     model = ModelSpec.model_validate(proxy.model)
     zero = resolve(result.config).zero
     try:
@@ -166,7 +177,7 @@ def scale_micro_steps(result: BenchResult, full_grad_accum: int, hardware: Any) 
 
             zero = resolve(result.config).zero
             spec = ModelSpec.model_validate(result.proxy.model)
-            short = proxy_workload(result.proxy)
+            short = proxy_workload(result.proxy, torch_optimizer=ran_torch_optimizer(result))
             predicted = predict_step(
                 spec, short.model_copy(update={"grad_accum": full_grad_accum}), zero, hardware
             ).step_time_s

@@ -29,8 +29,9 @@ ADAM_BYTES_PER_PARAM = {"fp32": 28, "bf16": 16, "fp16": 16}
 """Bytes an Adam update moves per parameter, at least. fp32: read parameter, gradient and both
 moments, write parameter and both moments, 7 x 4 B (Kingma & Ba 2015, Algorithm 1; torch's
 single-tensor `_single_tensor_adamw` updates them in place); DeepSpeed's ZeRO step also reads the
-gradient for the norm and copies the partition back, so 28 B is a floor. 16-bit training: the
-smallest case of zerotune/model/optimizer.py `gpu_adam_bytes` (bf16 master weights: 16 B)."""
+gradient for the norm and copies the partition back, so 28 B is a floor. 16-bit training: below
+the smallest whole step of zerotune/model/optimizer.py `gpu_step_bytes` (FusedAdam on bf16 master
+weights moves 14 B in the update alone, the step's other passes more than 2 B)."""
 
 ALPHA_FLOOR = 0.5
 """Lowest fitted latency as a fraction of the probed one: a stated tolerance, not a measurement.

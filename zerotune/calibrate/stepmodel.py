@@ -16,10 +16,12 @@ Predictor = Callable[[Run, HardwareProfile], float]
 
 def proxy_workload(run: Run) -> Any:
     """The Workload the bench run measured (its proxy, world and micro-steps)."""
+    from zerotune.bench.predicted import TORCH_OPTIMIZER_CLASSES
     from zerotune.bench.predicted import proxy_workload as of_proxy
     from zerotune.bench.result import Proxy
 
-    return of_proxy(Proxy.model_validate(run["proxy"]))
+    torch_optimizer = run.get("optimizer_class") in TORCH_OPTIMIZER_CLASSES
+    return of_proxy(Proxy.model_validate(run["proxy"]), torch_optimizer=torch_optimizer)
 
 
 def predict_run(run: Run, profile: HardwareProfile) -> float:

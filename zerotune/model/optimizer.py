@@ -8,8 +8,12 @@ The update's seconds, first of:
    it without offload (the GPU, or the CPU of a CPU host). Under optimizer offload on a GPU host the
    update runs on the CPU and the next line applies instead;
 2. CPU Adam (`host.cpu_adam_params_per_s`) under offload or on a CPU host;
-3. fused Adam on GPU memory bandwidth (`gpu_adam_bytes` / HBM bandwidth): the Adam kernel
-   only, so it is a lower bound of DeepSpeed's step.
+3. on a GPU, DeepSpeed 0.19.8's whole step as its source runs it (`gpu_step`): the HBM bytes every pass
+   of the step moves (overflow check, gradient norm, gradient flatten and cast, unscale/clip, the
+   update, the copy back to the 16-bit weights) over HBM bandwidth, and the host's eager ops, one
+   `HOST_OP_S` each, issued per parameter tensor; the host runs ahead of the device, so the step costs
+   the larger of the two, except where a per-tensor host sync makes them take turns (stage 0's
+   overflow check).
 
 On a CPU host the step's fresh buffers are priced apart (`fresh_step_buffers`): their first touch
 costs per byte only above glibc's mmap threshold (zerotune/model/host_memory.py), so a rate per
@@ -38,14 +42,117 @@ CPU_ADAM_FALLBACK = "CPU Adam rate not in the profile"
 warn)."""
 
 
-def gpu_adam_bytes(s: StepSetup) -> int:
-    """HBM traffic of one fused Adam update per parameter: read master, gradient copy and moments,
-    write master and moments, and the working copy where the master is a separate tensor (stages
-    1-3). With fp32 master weights under mixed precision 4+4+8 + 4+8 + 2 = 30 B; with bf16 master,
-    gradient and moments 2+2+4 + 2+4 + 2 = 16 B. The update is memory-bound on GPUs."""
+HOST_OP_S = 8.5e-6
+"""Host seconds of one eager PyTorch op on a CUDA tensor outside autograd (the optimizer step runs
+under no_grad): the midpoints of the per-layer costs in 'From PyTorch op to kernel launch'
+(https://jiahuanglin.xyz/all_lessons/gpu_kernel_serving/18_pytorch_to_kernel.html, its table): Python
+bytecode ~1 us, pybind11 ~1 us, ATen dispatcher 1-2 us, backend 1-5 us, cudaLaunchKernel 1-3 us on
+CUDA 12+ drivers (autograd's 1-3 us left out), 1 + 1 + 1.5 + 3 + 2 = 8.5 us; the page puts the whole
+at ~5-25 us per op. Not fitted: the H200 benches (data/gpu/2026-11-28-NVIDIA-H200) are its check."""
+
+CHECK_OPS = 6
+"""Eager ops per gradient tensor of DeepSpeed's overflow check: `amax`, `amin`, two `isfinite`,
+`logical_and`, `logical_not` (runtime/utils.py:205-228 `has_inf_or_nan`); stage 1/2 add the count's
+`+=` (zero/stage_1_and_2.py:3229-3235)."""
+
+NORM_OPS = 2
+"""Eager ops per gradient tensor of the ZeRO gradient norm: the cast to the norm dtype and the norm
+(zero/stage_1_and_2.py:2684 and zero/stage3.py:2457: `.to(get_norm_dtype())` then the norm;
+the `.to(device)` there is a no-op on a tensor already on the device)."""
+
+NORM_DTYPE_BYTES = 8
+"""ZeRO's gradient norms accumulate in fp64 on devices that have it (zero/utils.py:59-63
+`get_norm_dtype`): each gradient is cast to an fp64 copy (written, then read by the norm)."""
+
+
+def adam_bytes(s: StepSetup) -> int:
+    """HBM bytes of the update per parameter, on the master width W (the gradient the optimizer steps
+    on has it too) and the moments' bytes M (both together, m = M/2 each):
+
+    - DeepSpeed's FusedAdam, one multi-tensor kernel (csrc/adam/multi_tensor_adam.cu): reads parameter,
+      gradient and both moments, writes parameter and moments: 3W + 2M (fp32: 28 B);
+    - torch's Adam/AdamW on CUDA, which defaults to foreach when `fused` is unset
+      (torch/optim/optimizer.py `_default_to_fused_or_foreach`): one pass per op of `_multi_tensor_adam`
+      (torch/optim/adam.py): AdamW's decay `_foreach_mul_(params)` 2W (AdamW's default weight_decay is
+      1e-2; Adam's 0 skips it), `_foreach_lerp_(exp_avgs, grads)` 2m + W, `_foreach_mul_(exp_avg_sqs)`
+      2m, `_foreach_addcmul_(exp_avg_sqs, grads, grads)` 2m + W, `_foreach_sqrt` into a new tensor 2m,
+      `_foreach_div_` 2m, `_foreach_add_(eps)` 2m, `_foreach_addcdiv_(params, exp_avgs, denom)` 2W + 2m:
+      4W + 14m, + 2W for AdamW (fp32: 80 B)."""
     sb = config_state_bytes(s.workload, s.zero, offload=False)
-    width = sb.master_width
-    return 2 * (width + sb.moments) + width + (sb.param if sb.master else 0)
+    width, moments = sb.master_width, sb.moments
+    if not s.workload.torch_optimizer or s.workload.optimizer not in ("adam", "adamw"):
+        return 3 * width + 2 * moments
+    decay = 2 * width if s.workload.optimizer == "adamw" else 0
+    return decay + 4 * width + 7 * moments
+
+
+def gpu_step_bytes(s: StepSetup) -> tuple[int, int]:
+    """HBM bytes per local parameter of DeepSpeed 0.19.8's optimizer step on a GPU without offload:
+    (the overflow check's, the rest's). e: the model's element bytes, W: the master width.
+
+    - stage 0, 16-bit model: the engine wraps a torch optimizer in FP16_UnfusedOptimizer and FusedAdam
+      in FP16_Optimizer, in bf16 mode for bf16 (engine.py:2321 `_do_optimizer_sanity_check`, 2555-2610
+      `_configure_fp16_optimizer`). Unfused (fp16/unfused_optimizer.py:197-241 `step`): the overflow
+      check's `amax` + `amin` of each gradient 2e; its norm `p.float().norm()` e + 2W (utils.py:578); the
+      cast of each gradient `.to(fp32)` e + W; unscale `mul_` 2W; the update; the copy back W + e.
+      Fused (fp16/fused_optimizer.py:256-364 `step`): check 2e, cast e + W and `_flatten_dense_tensors` 2W, the
+      flat norm W, unscale 2W, the update, the copy back W + e;
+    - stage 0, fp32 model: no wrapper; the engine clips with torch's `clip_grad_norm_` (engine.py:3511
+      `_take_model_step`): the norm W, the scaling 2W, then the update;
+    - stage 1/2 (zero/stage_1_and_2.py:3013-3146 `step`): check 2e (`has_overflow_partitioned_grads_serial`),
+      the fp64 norm e + 2 x 8 (`get_grad_norm_direct`), the flatten of the partition's gradients 2e,
+      their cast to the master dtype e + W (none when the model is already in it), unscale 2W (clipping
+      is on by default, gradient_clipping 1.0), the update, the copy back W + e;
+    - stage 3 (zero/stage3.py:2873-2925 `step`): the check on the flat gradient buffer, `isinf(...).any()`
+      and `isnan(...).any()`, each reading e and writing then reading a 1-byte mask, 2(e + 2)
+      (stage3.py:3013-3014); the fp64 norm e + 16 (`get_grad_norm_direct`); per sub-group the flatten
+      2e and cast e + W (stage3.py:2686 `_prepare_fp32_grad_for_sub_group`), unscale 2W, the update, the
+      copy back W + e (stage3.py:2858 `_reassign_or_swap_out_partitioned_parameters`)."""
+    e = s.elem_bytes
+    width = config_state_bytes(s.workload, s.zero, offload=False).master_width
+    update = adam_bytes(s)
+    if s.stage == 0:
+        if e >= width:
+            return 0, 3 * width + update
+        if s.workload.torch_optimizer:  # FP16_UnfusedOptimizer
+            return 2 * e, (e + 2 * width) + (e + width) + 2 * width + update + (width + e)
+        return 2 * e, (e + 3 * width) + width + 2 * width + update + (width + e)
+    cast = e + width if e != width else 0
+    norm = e + 2 * NORM_DTYPE_BYTES
+    check = 2 * (e + 2) if s.stage == 3 else 2 * e
+    return check, norm + 2 * e + cast + 2 * width + update + (width + e)
+
+
+def gpu_step_host_ops(s: StepSetup) -> tuple[int, int]:
+    """Eager ops the host issues in the step: (those of the overflow check at stage 0, which syncs the
+    host on every tensor, the rest). Per gradient tensor the step loops over: stage 0 the check's
+    CHECK_OPS (the truthiness of each tensor's result, runtime/utils.py:291-295
+    `has_overflow_serial`, waits for the device), the norm's 4 (`float`, `norm`, `**`, `+=`:
+    utils.py:568-579) where unfused, the cast, the unscale and the copy back (unfused) or the cast and
+    the copy back (fused); stage 1/2 the check's CHECK_OPS + 1 and the norm's NORM_OPS over the
+    partition's tensors; stage 3 the norm's NORM_OPS over every parameter's partition. Plus one per
+    tensor the optimizer steps (`stepped_tensors`: torch's foreach Adam and FusedAdam both walk their
+    tensor lists in Python); an fp32 model at stage 0 issues only those (torch's clipping is foreach)."""
+    tensors = len(s.prep.backward_tensors)
+    stepped = len(stepped_tensors(s))
+    if s.stage == 0:
+        if s.elem_bytes >= 4:
+            return 0, stepped
+        per = (4 + 3) if s.workload.torch_optimizer else 2
+        return CHECK_OPS * tensors, per * tensors + stepped
+    if s.stage in (1, 2):
+        local = -(-tensors // s.n) + (1 if s.n > 1 else 0)  # the partition's tensors, one cut at each edge
+        return 0, (CHECK_OPS + 1 + NORM_OPS) * local + stepped
+    return 0, NORM_OPS * tensors + stepped
+
+
+def gpu_step(s: StepSetup, part: float, bandwidth: float) -> float:
+    """Seconds of the GPU optimizer step (module docstring): the stage-0 overflow check takes turns
+    with the host, the rest overlaps it."""
+    check_bytes, rest_bytes = gpu_step_bytes(s)
+    synced_ops, ops = gpu_step_host_ops(s)
+    synced = part * check_bytes / bandwidth + synced_ops * HOST_OP_S
+    return synced + max(part * rest_bytes / bandwidth, ops * HOST_OP_S)
 
 
 def stepped_tensors(s: StepSetup) -> tuple[int, ...]:
@@ -138,13 +245,18 @@ def optimizer_step(s: StepSetup, tl: Timeline) -> tuple[float, float]:
             s.notes.append("no HBM bandwidth in the profile: optimizer step assumed 1 ms/100M params")
             opt = part * 1e-11
         else:
-            opt = part * gpu_adam_bytes(s) / bw
+            opt = gpu_step(s, part, bw)
     if offload or (s.stage == 3 and z.offload_param.device != "none"):
         transfer = optimizer_transfer_s(s, part)
         note = pageable_note(s)
         if note:
             s.notes.append(note)
-    if not fitted and not (offload and hw.has_gpus):
+    if not fitted and not offload and hw.has_gpus:
+        s.notes.append(
+            "optimizer_params_per_s not in the profile: the optimizer step is DeepSpeed's passes over HBM "
+            "(overflow check, norm, cast, clip, the update, copy back) and its per-tensor host ops"
+        )
+    elif not fitted and not hw.has_gpus:
         s.notes.append(
             "optimizer_params_per_s not in the profile: the step's optimizer is Adam alone "
             "(grad norm, clipping and partition copies left out)"

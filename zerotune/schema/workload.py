@@ -27,6 +27,14 @@ class Workload(BaseModel):
     grad_accum: int = Field(1, gt=0)
     precision: Precision = "bf16"
     optimizer: Optimizer = "adamw"
+    torch_optimizer: bool = Field(
+        False,
+        description="the optimizer is a torch.optim one handed to deepspeed.initialize (what `zerotune bench` "
+        "passes on a GPU without offload, and HF Trainer when the DeepSpeed config has no optimizer section): "
+        "torch's Adam/AdamW steps in foreach kernels, one HBM pass per arithmetic op, and a 16-bit model at "
+        "ZeRO stage 0 is wrapped in DeepSpeed's unfused FP16 optimizer; false = DeepSpeed's FusedAdam, built "
+        "from the config's optimizer section",
+    )
     activation_checkpointing: bool = True
     checkpoint_in_cpu: bool = Field(
         False,
