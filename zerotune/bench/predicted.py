@@ -37,10 +37,6 @@ TORCH_OPTIMIZER_CLASSES = ("Adam", "AdamW")
 """`BenchResult.optimizer_class` of torch.optim's Adam/AdamW (DeepSpeed's are FusedAdam, DeepSpeedCPUAdam)."""
 
 
-def ran_torch_optimizer(result: BenchResult) -> bool:
-    return result.optimizer_class in TORCH_OPTIMIZER_CLASSES
-
-
 def predict(result: BenchResult, hardware: Any) -> Prediction:
     """The models' prediction for the same proxy, workload and config: step time when a profile is
     given, the per-GPU memory peak always (it needs no measured rate)."""
@@ -49,8 +45,11 @@ def predict(result: BenchResult, hardware: Any) -> Prediction:
 
 
 def ran_torch_optimizer(result: BenchResult) -> bool:
-    """Whether the ranks passed a torch optimizer to `deepspeed.initialize`: zerotune.bench.config
-    `prepare` takes the `optimizer` section out of the config it gives the engine exactly then."""
+    """Whether the update ran in a torch optimizer: the class rank 0 recorded, else (results written
+    before it was) whether `zerotune.bench.config.prepare` took the `optimizer` section out of the
+    config it gave the engine, which it does exactly when it passes a torch optimizer."""
+    if result.optimizer_class is not None:
+        return result.optimizer_class in TORCH_OPTIMIZER_CLASSES
     return "optimizer" not in result.config
 
 
