@@ -612,3 +612,26 @@ def test_timers_put_the_left_over_on_the_fixed_cost_not_on_every_time() -> None:
     assert moved["overheads.step_scale"].calibrated == pytest.approx(1.0, abs=0.01)
     other = _obs(8, Measured())
     assert predict(other, fit.profile).step_time_s == pytest.approx(predict(other, truth).step_time_s, rel=0.03)
+
+
+def test_a_bench_log_says_which_optimizer_its_ranks_ran(tmp_path) -> None:
+    """The H200 bench logs (data/gpu/2026-11-28-NVIDIA-H200/bench/*.log): their job line's config has no
+    optimizer section, which `zerotune bench` removes exactly when its ranks pass torch's AdamW, so the
+    job read back (diagnose and calibrate --from-log alike) is a torch optimizer's; with the section kept
+    (DeepSpeed built its own Adam) it is not."""
+    from zerotune.calibrate.observe import observations
+    from zerotune.diagnose.analyse import Options
+
+    log = Path(__file__).resolve().parents[2] / "data/gpu/2026-11-28-NVIDIA-H200/bench/llama-7b-L4-z0-mb1.log"
+    profile = load_profile(str(log.parents[1] / "probe.yaml"))
+    none = Options(config=None, model=None, profile=None, seq_len=None, world_size=None, checkpointing=None)
+    (obs,) = observations([str(log)], None, none, profile, [])
+    assert obs.workload.torch_optimizer
+    text = log.read_text()
+    head, _, rest = text.partition("\n")
+    job = json.loads(head.removeprefix("ZEROTUNE BENCH JOB "))
+    job["config"]["optimizer"] = {"type": "AdamW", "params": {"lr": 1e-4}}
+    fused = tmp_path / "fused.log"
+    fused.write_text("ZEROTUNE BENCH JOB " + json.dumps(job) + "\n" + rest)
+    (obs,) = observations([str(fused)], None, none, profile, [])
+    assert not obs.workload.torch_optimizer

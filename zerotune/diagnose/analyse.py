@@ -150,6 +150,10 @@ def read_job(scan: Scan, options: Options, notes: list[str]) -> explain.Job:
         job.workload_options["deepspeed_version"] = str(scan.facts["deepspeed_version"].value)
     if options.checkpoint_in_cpu:
         job.workload_options["checkpoint_in_cpu"] = True
+    if isinstance(job.config, dict) and job.config is bench.get("config") and "optimizer" not in job.config:
+        # `zerotune bench` takes the optimizer section out of the engine's config exactly when its ranks
+        # pass a torch optimizer (zerotune.bench.config.prepare): its update's passes and temporaries
+        job.workload_options["torch_optimizer"] = True
     job.optimizer = options.optimizer
     job.micro_batch, job.grad_accum = options.micro_batch, options.grad_accum
     if options.margin is not None:
