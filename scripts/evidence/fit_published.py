@@ -3,19 +3,21 @@ all profiles, never one constant per profile fitted on a handful of runs).
 
     .venv/bin/python scripts/evidence/fit_published.py     # the prior, and its fit over the whole suite
 
-The published sources time whole optimizer steps, so they identify three host-side terms, each the
+The published sources time whole optimizer steps, so they identify these host-side terms, each the
 same mechanism on every GPU box:
 
-- `per_step_s`: the fixed host cost of one optimizer step (engine bookkeeping, timers, scheduler,
-  Python; zerotune/model/overheads.py);
+- `per_step_s` and `single_rank_per_step_s`: the fixed cost of one optimizer step of a job on more
+  than one rank (fitted on the multi-rank runs) and on one rank (fitted on the one-rank runs): engine
+  bookkeeping, timers, scheduler, Python, and across ranks their synchronisation at the step
+  (zerotune/model/overheads.py GLOBAL_PRIOR says why two);
 - `per_module_hook_s`: stage 3's fetch/release bookkeeping per module per pass, which the host pays
   while the GPU waits when per-layer work is small (`layer_seconds`);
 - `per_layer_launch_s`: one transformer block's Python and kernel launches per forward, every stage,
   hidden under the block's kernels unless those are shorter.
 
-All three are chosen together to minimise the throughput MAPE over the runs given (a grid over the hook
-cost, each step time simulated by predict_step itself; the per-step cost enters the step additively,
-so it is scanned in closed form). The printed values go into zerotune/model/overheads.py GLOBAL_PRIOR
+All are chosen together to minimise the throughput MAPE over the runs given (a grid over the hook
+and launch costs, each step time simulated by predict_step itself; the per-step costs enter the step
+additively, so they are scanned in closed form, each over its own runs). The printed values go into zerotune/model/overheads.py GLOBAL_PRIOR
 by hand; scripts/evidence/loso.py refits them without each source in turn to judge them.
 """
 
@@ -64,6 +66,11 @@ class Timed:
     """A run whose ranks run CPU Adam on `omp_threads` threads: (parameters per rank, the rank's share
     of the node rate, threads, the CPU Adam seconds inside predicted_s at the default thread rate).
     CPU Adam is host time added to the step, so another thread rate changes the step by the difference."""
+
+    @property
+    def one_rank(self) -> bool:
+        """The job runs on one rank: it pays `single_rank_per_step_s` (overheads.step_seconds)."""
+        return self.run.world == 1
 
     def error(self, step_s: float, hook_index: int, launch_index: int = 0, thread_rate: float | None = None) -> float:
         """Throughput error (predicted tokens/s / measured - 1) with these terms."""
@@ -122,53 +129,108 @@ def timed_suite(runs: list[published.Run] | None = None) -> list[Timed]:
     return [timed(r) for r in runs if r.measured.has_throughput]
 
 
-def fit_global(rows: list[Timed]) -> tuple[float, float, float, float | None]:
-    """(per_step_s, per_module_hook_s, per_layer_launch_s, cpu_adam_thread_params_per_s) minimising the
-    throughput MAPE of `rows`. The hook cost is fitted only when `rows` hold a stage-3 run (else 0), the
-    thread rate only when they hold a one-thread-per-rank offload run (else None: nothing identifies it,
-    and the model's stated default applies). The thread rate moves only those runs, so it is chosen for
-    them at each grid point of the others."""
+@dataclass(frozen=True)
+class Prior:
+    """The terms fit_global chooses (GLOBAL_PRIOR's fields)."""
+
+    per_step_s: float
+    single_rank_per_step_s: float | None
+    """None where the runs hold no one-rank job: nothing identifies it, and `per_step_s` serves one rank."""
+    per_module_hook_s: float
+    per_layer_launch_s: float
+    cpu_adam_thread_params_per_s: float | None
+
+    def step_s(self, row: Timed) -> float:
+        """The per-step cost `row`'s job pays (overheads.step_seconds)."""
+        if row.one_rank and self.single_rank_per_step_s is not None:
+            return self.single_rank_per_step_s
+        return self.per_step_s
+
+    def error(self, row: Timed) -> float:
+        h, j = HOOK_GRID.index(self.per_module_hook_s), LAUNCH_GRID.index(self.per_layer_launch_s)
+        return row.error(self.step_s(row), h, j, self.cpu_adam_thread_params_per_s)
+
+    def spec(self, source: str) -> OverheadSpec:
+        return OverheadSpec(
+            per_step_s=self.per_step_s, single_rank_per_step_s=self.single_rank_per_step_s,
+            per_module_hook_s=self.per_module_hook_s, per_layer_launch_s=self.per_layer_launch_s,
+            cpu_adam_thread_params_per_s=self.cpu_adam_thread_params_per_s, origin="published", source=source,
+        )  # fmt: skip
+
+
+def _group_best(rows: list[Timed], h: int, j: int) -> tuple[list[float], int]:
+    """Summed |error| of `rows` at each thread rate (index into THREAD_GRID, or one entry when none of
+    them runs CPU Adam on one thread), minimised over the per-step cost, and the best STEP_GRID index
+    at each rate."""
+    threaded = [r for r in rows if r.adam is not None]
+    plain = [sum(abs(r.error(step, h, j)) for r in rows if r.adam is None) for step in STEP_GRID]
+    if not threaded:
+        k = min(range(len(STEP_GRID)), key=lambda i: plain[i])
+        return [plain[k]], [k]
+    totals, steps = [], []
+    for t in THREAD_GRID:
+        both = [plain[i] + sum(abs(r.error(step, h, j, t)) for r in threaded) for i, step in enumerate(STEP_GRID)]
+        k = min(range(len(STEP_GRID)), key=lambda i: both[i])
+        totals.append(both[k])
+        steps.append(k)
+    return totals, steps
+
+
+def fit_global(rows: list[Timed], by_rank: bool = True) -> Prior:
+    """The prior minimising the throughput MAPE of `rows`. The hook cost is fitted only when `rows` hold a
+    stage-3 run (else 0), the thread rate only when they hold a one-thread-per-rank offload run (else
+    None: nothing identifies it, and the model's stated default applies), the one-rank per-step cost only
+    when they hold a one-rank run (else None). The two per-step costs move disjoint runs, so each is
+    chosen on its own runs at every grid point of the others (and at each thread rate, which both share).
+    `by_rank` False: one per-step cost for every run (the prior before the split, which
+    scripts/evidence/per_step_candidates.py replays as its constant row)."""
     has_stage3 = any(r.run.zero.get("stage", 0) == 3 for r in rows)
     hooks = range(len(HOOK_GRID)) if has_stage3 else (0,)
-    threaded = [r for r in rows if r.adam is not None]
-    plain = [r for r in rows if r.adam is None]
-    best = (float("inf"), 0.0, 0, 0, None)
+    split = ([r for r in rows if not r.one_rank], [r for r in rows if r.one_rank]) if by_rank else (rows,)
+    groups = [g for g in split if g]
+    threaded = any(r.adam is not None for r in rows)
+    best: tuple = (float("inf"),)
     for h in hooks:
         for j in range(len(LAUNCH_GRID)):
-            for step in STEP_GRID:
-                total = sum(abs(r.error(step, h, j)) for r in plain)
-                rate = None
-                if threaded:
-                    part, rate = min(
-                        (sum(abs(r.error(step, h, j, t)) for r in threaded), t) for t in THREAD_GRID
-                    )
-                    total += part
+            fits = [_group_best(g, h, j) for g in groups]
+            for t in range(len(THREAD_GRID) if threaded else 1):
+                # a group without one-thread runs has one entry, the same at every thread rate
+                total = sum(f[0][min(t, len(f[0]) - 1)] for f in fits)
                 mape = total / len(rows)
                 if mape < best[0]:
-                    best = (mape, step, h, j, rate)
-    return best[1], HOOK_GRID[best[2]], LAUNCH_GRID[best[3]], best[4]
-
-
-def prior_spec(step_s: float, hook_s: float, launch_s: float, source: str, thread_rate: float | None = None) -> OverheadSpec:
-    return OverheadSpec(
-        per_step_s=step_s, per_module_hook_s=hook_s, per_layer_launch_s=launch_s,
-        cpu_adam_thread_params_per_s=thread_rate, origin="published", source=source,
-    )  # fmt: skip
+                    steps = [STEP_GRID[f[1][min(t, len(f[1]) - 1)]] for f in fits]
+                    best = (mape, steps, groups, h, j, THREAD_GRID[t] if threaded else None)
+    _, steps, fitted, h, j, rate = best
+    if not by_rank:
+        return Prior(steps[0], None, HOOK_GRID[h], LAUNCH_GRID[j], rate)
+    chosen = {g[0].one_rank: s for g, s in zip(fitted, steps, strict=True)}
+    single = chosen.get(True)
+    return Prior(
+        per_step_s=chosen.get(False, single if single is not None else 0.0),
+        single_rank_per_step_s=single,
+        per_module_hook_s=HOOK_GRID[h],
+        per_layer_launch_s=LAUNCH_GRID[j],
+        cpu_adam_thread_params_per_s=rate,
+    )
 
 
 def main() -> int:
     rows = timed_suite()
     sources = {r.run.source.url for r in rows}
-    step_s, hook_s, launch_s, thread_rate = fit_global(rows)
+    prior = fit_global(rows)
     before = statistics.fmean(abs(r.error(0.0, 0)) for r in rows)
-    h, j = HOOK_GRID.index(hook_s), LAUNCH_GRID.index(launch_s)
-    after = statistics.fmean(abs(r.error(step_s, h, j, thread_rate)) for r in rows)
+    after = statistics.fmean(abs(prior.error(r)) for r in rows)
+    one = [r for r in rows if r.one_rank]
     print(f"global prior over {len(rows)} timed runs from {len(sources)} sources:")
-    print(f"  per_step_s        {step_s:.3f}")
-    print(f"  per_module_hook_s {hook_s:.2e}")
-    print(f"  per_layer_launch_s {launch_s:.2e}")
+    print(f"  per_step_s        {prior.per_step_s:.3f}   ({len(rows) - len(one)} runs on more than one rank)")
+    single = "none (no one-rank run)" if prior.single_rank_per_step_s is None else f"{prior.single_rank_per_step_s:.3f}"
+    print(f"  single_rank_per_step_s {single}   ({len(one)} one-rank runs from "
+          f"{len({r.run.source.url for r in one})} sources)")  # fmt: skip
+    print(f"  per_module_hook_s {prior.per_module_hook_s:.2e}")
+    print(f"  per_layer_launch_s {prior.per_layer_launch_s:.2e}")
     threaded = sorted({r.run.source.url for r in rows if r.adam is not None})
-    rate = "none (no one-thread run)" if thread_rate is None else f"{thread_rate:.3g}"
+    rate = prior.cpu_adam_thread_params_per_s
+    rate = "none (no one-thread run)" if rate is None else f"{rate:.3g}"
     print(f"  cpu_adam_thread_params_per_s {rate}   identified by {len(threaded)} source(s): {', '.join(threaded)}")
     print(f"  throughput MAPE   {100 * before:.1f}% without overheads -> {100 * after:.1f}% with the prior (in-sample)")
     print("leave-one-source-out judgement: scripts/evidence/loso.py")

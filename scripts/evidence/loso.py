@@ -5,7 +5,8 @@
 
 Runs are grouped by source URL (one blog post, README or issue thread is one source, whatever number
 of rows it holds). For each source the global overhead prior (scripts/evidence/fit_published.py
-fit_global: per_step_s, per_module_hook_s, per_layer_launch_s and the one-thread CPU Adam rate) is fitted on every other source's timed runs, and the
+fit_global: the multi-rank and one-rank per-step costs, per_module_hook_s, per_layer_launch_s and the one-thread CPU
+Adam rate) is fitted on every other source's timed runs, and the
 source's runs are predicted through zerotune's public path (published.predict_run) with that prior in
 place of the profiles' overheads. The memory model has no fitted term, so its errors are the same in
 and out of sample; they are reported here next to the throughput errors so one table holds both.
@@ -24,6 +25,7 @@ covers at least BAND_COVERAGE of its runs.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import statistics
@@ -101,12 +103,9 @@ def evaluate(runs: list[published.Run] | None = None) -> dict[str, Any]:
     rows, folds = [], []
     for url, held in sorted(by_source.items()):
         train = [t for r in runs if r.source.url != url and (t := timed.get(id(r))) is not None]
-        step_s, hook_s, launch_s, thread_rate = fit_published.fit_global(train)
-        prior = fit_published.prior_spec(step_s, hook_s, launch_s, f"LOSO fold without {url}", thread_rate)
-        folds.append(
-            {"source": url, "per_step_s": step_s, "per_module_hook_s": hook_s, "per_layer_launch_s": launch_s,
-             "cpu_adam_thread_params_per_s": thread_rate, "train_runs": len(train)}
-        )  # fmt: skip
+        fitted = fit_published.fit_global(train)
+        folds.append({"source": url, **dataclasses.asdict(fitted), "train_runs": len(train)})
+        prior = fitted.spec(f"LOSO fold without {url}")
         rows.extend(_predict(run, prior) for run in held)
     return {
         "overall": summarize(rows),

@@ -2,12 +2,14 @@
 
     .venv/bin/python scripts/evidence/per_step_candidates.py
 
-The global prior's `per_step_s` (zerotune/model/overheads.py GLOBAL_PRIOR) is one constant. Each candidate
-here replaces it with `a + b x feature` (a feature the job states, or, for the timer-definition test, what
-the source's timer covered), both fitted with the hook and launch terms on every other source's timed runs,
-as scripts/evidence/loso.py fits the constant, and judged on the held-out source. The replay is a vectorised
-copy of fit_published.fit_global over the same grids (numpy, a dev dependency): its constant-only row must
-equal loso.py's throughput MAPE, which `main` checks before it prints anything else.
+The global prior's per-step cost (zerotune/model/overheads.py GLOBAL_PRIOR) was one constant; each candidate
+here replaces that constant with `a + b x feature` (a feature the job states, or, for the timer-definition
+test, what the source's timer covered), both fitted with the hook and launch terms on every other source's
+timed runs, as scripts/evidence/loso.py fits the prior, and judged on the held-out source. The replay is a
+vectorised copy of fit_published.fit_global over the same grids (numpy, a dev dependency): its constant-only
+row is fit_global(by_rank=False), which `main` checks before it prints anything else. The row "more than one
+rank" is the mechanism the prior now carries (`per_step_s` on more than one rank, `single_rank_per_step_s`
+on one), here on coarser grids; loso.py judges it at the prior's 10 ms steps.
 
 It also prints, per timer definition (runs.yaml `throughput_note`), the per-step constant each source's runs
 want on their own (hook and launch at the prior's values): if what a timer covers were the mechanism, the
@@ -143,7 +145,7 @@ def main() -> int:
     n = len(suite.rows)
     constant = np.ones((n, 1))
     baseline, (step,) = suite.loso(constant, [CONSTANT])
-    reference = fp.fit_global(suite.rows)[0]
+    reference = fp.fit_global(suite.rows, by_rank=False).per_step_s
     assert math.isclose(step, reference), f"replay fits {step} s, fit_published {reference} s"
     print(f"constant per-step ({step:.2f} s in sample): leave-one-source-out throughput MAPE {baseline:.2f}%")
     coarse = np.round(np.arange(0, 1.001, 0.02), 2)

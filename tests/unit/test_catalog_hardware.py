@@ -402,7 +402,7 @@ def test_overheads_provenance_names_published_fits_and_missing_terms() -> None:
     from zerotune.catalog.hardware import load_profile
     from zerotune.catalog.trust import inputs_provenance
 
-    assert "DeepSpeed overheads fitted on published runs (4 of 7 terms)" in inputs_provenance(
+    assert "DeepSpeed overheads fitted on published runs (5 of 8 terms)" in inputs_provenance(
         load_profile("dgx-h100"), "bf16"
     )
     assert "DeepSpeed overheads not modelled" in inputs_provenance(cpu_probe_profile(), "fp32")

@@ -29,7 +29,10 @@ fitted; every number is fitted from the records that isolate it, in this order:
    columns are the model's own sensitivities (finite differences of predict_step), so the fit uses
    exactly the counts the model multiplies each term by. A term leaves its measured or sourced value
    only when the runs identify it (fit_overheads: a chi-square test of the residual it removes);
-   one the model does not respond to on these runs is not fitted. The notes name both.
+   one the model does not respond to on these runs is not fitted. The notes name both. The runs are
+   multi-rank (calibration needs 2+), so `per_step_s` is theirs; fitted, it clears the published
+   one-rank prior (`single_rank_per_step_s`) unless this machine measured that one too
+   (zerotune/model/overheads.py with_measured_pair).
 
 Then the self-check (zerotune/calibrate/crossval.py, check.py): leave-one-out over the design configs, which
 gives the profile's `calibration.expected_error_pct` and decides whether it may be cached.
@@ -46,6 +49,7 @@ from zerotune.calibrate.crossval import leave_one_out
 from zerotune.calibrate.overheads import OPTIMIZER_TERM, OverheadFit, fit_overheads, priors, with_overheads
 from zerotune.calibrate.rates import collective_rates, compute_rates, host_memory, optimizer_samples
 from zerotune.calibrate.stepmodel import Predictor, Run, measured_s, predict_run, stage_of
+from zerotune.model.overheads import with_measured_pair
 from zerotune.schema.hardware import CalibratedValue, Calibration, HardwareProfile
 
 __all__ = ["Fit", "RunFit", "fit", "predict_run"]
@@ -136,6 +140,10 @@ def fit(
         fitted, rms = {}, None
         notes.append(f"overheads not fitted: the step model failed on the runs ({exc})")
     profile = with_overheads(rates, fitted)
+    # a per-step cost measured here replaces the published one-rank prior too (overheads.with_prior's rule)
+    measured = {n for n, how in status.items() if how.startswith("fitted")}
+    measured |= {v.path.removeprefix("overheads.") for v in (base.calibration.values if base.calibration else [])}
+    profile = profile.model_copy(update={"overheads": with_measured_pair(profile.overheads, measured)})
     node_adam = base.host.cpu_adam_params_per_s  # the node's rate, shared by the runs' n ranks
     probed_opt = base.overheads.optimizer_params_per_s or (node_adam / n if node_adam else None)
     for name, how in status.items():

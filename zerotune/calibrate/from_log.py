@@ -19,9 +19,12 @@ zerotune.model.memory.estimate_memory), so the fit uses exactly what the model m
 3. **Exposed communication**, from the `bwd_allreduce` timer of multi-rank runs: one factor on the
    bus bandwidth of every collective of the link until the predicted exposed communication matches,
    within bounds.busbw_ceiling.
-4. **Fixed per-step overhead** of runs with compute timers (`overheads.per_step_s`): their timers
-   cover the whole step, so what the measured step leaves after 1-3 is the fixed cost, at least 0
-   (log_terms.fit_timed_overhead says why not a factor).
+4. **Fixed per-step overhead** of runs with compute timers (`overheads.per_step_s` from multi-rank
+   runs, `overheads.single_rank_per_step_s` from one-rank runs): their timers cover the whole step, so
+   what the measured step leaves after 1-3 is the fixed cost, at least 0 (log_terms.fit_timed_overhead
+   says why not a factor). A `per_step_s` measured here without a one-rank value measured on this
+   machine clears the published one-rank prior, so the measured value serves one-rank jobs
+   (zerotune/model/overheads.py with_prior, with_measured_pair).
 5. **A step time no timer splits** (a throughput figure, a step time without wall_clock_breakdown):
    one number, so it is shared among the terms the run exercises by their shares of its step, the
    least change of the profile that explains it (zerotune/calibrate/shares.py: FLOP/s, link bandwidth,
@@ -60,6 +63,7 @@ from zerotune.calibrate.log_terms import (
 )
 from zerotune.calibrate.observation import Observation, pct, predict, predict_peak
 from zerotune.catalog.trust import expected_error, job_kind
+from zerotune.model.overheads import with_measured_pair
 from zerotune.schema.hardware import CalibratedValue, Calibration, HardwareProfile
 from zerotune.units import GiB
 
@@ -167,6 +171,9 @@ def fit_runs(observations: list[Observation], profile: HardwareProfile) -> tuple
     fitted = fit_timed_overhead(observations, fitted, values, notes)
     fitted = fit_scale(observations, fitted, values, notes)
     fitted = fit_memory(observations, fitted, values, notes)
+    earlier = [v.path for v in profile.calibration.values] if profile.calibration else []
+    measured = {path.removeprefix("overheads.") for path in earlier + [v.path for v in values]}
+    fitted = fitted.model_copy(update={"overheads": with_measured_pair(fitted.overheads, measured)})
     return fitted, values, notes
 
 

@@ -15,6 +15,7 @@ from zerotune.model.compute import achieved_flops
 from zerotune.model.counters import counter_bytes
 from zerotune.model.memory import estimate_memory
 from zerotune.model.offload import node_cpu_adam
+from zerotune.model.overheads import step_seconds, step_term
 from zerotune.schema.hardware import CalibratedValue, HardwareProfile
 from zerotune.units import GiB
 
@@ -50,8 +51,18 @@ def top_flops(profile: HardwareProfile, precision: str) -> float:
     return max(rates)
 
 
-def with_per_step(profile: HardwareProfile, seconds: float) -> HardwareProfile:
-    return profile.model_copy(update={"overheads": profile.overheads.model_copy(update={"per_step_s": seconds})})
+def with_per_step(profile: HardwareProfile, seconds: float, term: str = "per_step_s") -> HardwareProfile:
+    return profile.model_copy(update={"overheads": profile.overheads.model_copy(update={term: seconds})})
+
+
+def step_groups(runs: list[Observation]) -> dict[str, list[Observation]]:
+    """The runs by the per-step term their step pays (overheads.step_term): one-rank runs measure
+    `single_rank_per_step_s`, the others `per_step_s` (zerotune/model/overheads.py GLOBAL_PRIOR: the
+    two differ by the ranks' synchronisation)."""
+    out: dict[str, list[Observation]] = {}
+    for o in runs:
+        out.setdefault(step_term(o.world), []).append(o)
+    return out
 
 
 def with_busbw(profile: HardwareProfile, link_name: str, factor: float) -> HardwareProfile:
@@ -211,29 +222,33 @@ def fit_timed_overhead(
     """The fixed per-step overhead of runs whose wall_clock_breakdown timers were fitted term by term.
     Their step is fwd + bwd + step, and bwd is bwd_inner + bwd_allreduce, so once compute, optimizer
     and all-reduce match their timers the timers hold nothing else: the profile's fixed costs
-    (`per_step_s`, `per_micro_step_s`, the global prior where it has no measurement) are already
-    inside them. What the measured step leaves of the predicted one goes to `per_step_s` (the median
-    over the runs, at least 0), not to one factor on every time: a factor would scale the fitted
+    (the per-step and per-micro-step costs, the global prior where it has no measurement) are already
+    inside them. What the measured step leaves of the predicted one goes to the per-step cost the runs
+    pay (`step_groups`: `single_rank_per_step_s` from one-rank runs, `per_step_s` from the others; the
+    median over the runs, at least 0), not to one factor on every time: a factor would scale the fitted
     compute, optimizer and all-reduce away from their own timers, and carry the double-counted cost
     to jobs of other sizes in proportion to their work."""
     runs = [o for o in observations if o.step() is not None]
     if not runs or any(o.measured.compute_s is None for o in runs):
         return profile
     plain = profile.model_copy(update={"overheads": profile.overheads.model_copy(update={"step_scale": None})})
-    left = statistics.median(o.step().value - predict(o, plain).step_time_s for o in runs)  # type: ignore[union-attr]
-    base = profile.overheads.per_step_s or 0.0
-    per_step = max(0.0, base + left)
-    values.append(
-        CalibratedValue(
-            path="overheads.per_step_s",
-            probed=profile.overheads.per_step_s,
-            calibrated=per_step,
-            note="what the timers leave of the measured step after compute, optimizer and all-reduce"
-            + ("; on its floor: a cost cannot be negative" if per_step == 0.0 else ""),
-            source="; ".join(from_run(o, o.step()) for o in runs),  # type: ignore[arg-type]
+    fitted = profile
+    for term, group in step_groups(runs).items():
+        left = statistics.median(o.step().value - predict(o, plain).step_time_s for o in group)  # type: ignore[union-attr]
+        base = step_seconds(profile.overheads, group[0].world)[1] or 0.0
+        per_step = max(0.0, base + left)
+        values.append(
+            CalibratedValue(
+                path=f"overheads.{term}",
+                probed=getattr(profile.overheads, term),
+                calibrated=per_step,
+                note="what the timers leave of the measured step after compute, optimizer and all-reduce"
+                + ("; on its floor: a cost cannot be negative" if per_step == 0.0 else ""),
+                source="; ".join(from_run(o, o.step()) for o in group),  # type: ignore[arg-type]
+            )
         )
-    )
-    return with_per_step(profile, per_step)
+        fitted = with_per_step(fitted, per_step, term)
+    return fitted
 
 
 def fit_scale(
@@ -258,11 +273,14 @@ def fit_scale(
     s0 = profile.overheads.step_scale or 1.0
     plain = profile.model_copy(update={"overheads": profile.overheads.model_copy(update={"step_scale": None})})
     here = [predict(o, plain).step_time_s for o in runs]
-    base_step = profile.overheads.per_step_s or 0.0
+    groups = step_groups(runs)
+    term = next(iter(groups))  # the per-step term the runs pay, when they all pay one (else it stays)
+    base_step = step_seconds(profile.overheads, runs[0].world)[1] or 0.0
     free_step = (
         len(runs) >= 3
+        and len(groups) == 1
         and len({o.tokens_per_step for o in runs}) >= 2
-        and not any(v.path == "overheads.per_step_s" for v in values)  # the timers gave it
+        and not any(v.path == f"overheads.{term}" for v in values)  # the timers gave it
     )
     if free_step:
         def loo(free: bool) -> float:
@@ -282,14 +300,14 @@ def fit_scale(
     if free_step:
         values.append(
             CalibratedValue(
-                path="overheads.per_step_s",
-                probed=profile.overheads.per_step_s,
+                path=f"overheads.{term}",
+                probed=getattr(profile.overheads, term),
                 calibrated=per_step,
                 note="on its floor: a cost cannot be negative" if per_step == 0.0 else None,
                 source=source,
             )
         )
-        fitted = with_per_step(plain, per_step)
+        fitted = with_per_step(plain, per_step, term)
     values.append(
         CalibratedValue(
             path="overheads.step_scale",

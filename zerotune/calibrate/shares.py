@@ -190,8 +190,12 @@ the launch cost's, which FLOP/s cannot move."""
 COMPUTE_TERMS = ("overheads.per_layer_launch_s", "overheads.per_module_hook_s", "overheads.per_param_grad_hook_s")
 """The host terms inside the compute timers (with FLOP/s)."""
 
-OVERHEAD_TIMES = ("per_step_s", "per_micro_step_s", "per_layer_launch_s", "per_module_hook_s", "per_param_grad_hook_s")
-"""The fixed and per-module costs of zerotune/model/overheads.py, as times."""
+OVERHEAD_TIMES = (
+    "per_step_s", "single_rank_per_step_s", "per_micro_step_s", "per_layer_launch_s", "per_module_hook_s",
+    "per_param_grad_hook_s",
+)  # fmt: skip
+"""The fixed and per-module costs of zerotune/model/overheads.py, as times (a one-rank run moves
+`single_rank_per_step_s`, the term its step pays, where the profile has it)."""
 
 
 def terms(runs: list[Observation], profile: HardwareProfile, fitted: set[str], quantity: str = "step") -> list[Term]:

@@ -161,7 +161,11 @@ def inputs_provenance(profile: HardwareProfile, precision: str) -> str:
         ("DeepSpeed overheads", _overheads_source(profile)),
     ]  # fmt: skip
     scale = profile.overheads.step_scale
-    for what, path in (("step time scale", "overheads.step_scale"), ("per-step overhead", "overheads.per_step_s")):
+    for what, path in (
+        ("step time scale", "overheads.step_scale"),
+        ("per-step overhead", "overheads.per_step_s"),
+        ("one-rank per-step overhead", "overheads.single_rank_per_step_s"),
+    ):
         said = number_source(profile, path)
         if path == "overheads.step_scale" and (scale is None or abs(scale - 1) < 1e-3):
             continue  # the run's terms explain it: no factor on every time

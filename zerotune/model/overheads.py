@@ -6,7 +6,8 @@ How each term enters the step (predict_step; `calibrate` fits them through it, s
 places here are the contract):
 
 - `per_step_s`: once per optimizer step, on the training thread (engine bookkeeping, timers,
-  scheduler, `step()` Python);
+  scheduler, `step()` Python) and, on a job of more than one rank, the ranks' synchronisation at the
+  step; `single_rank_per_step_s` in its place for a job on one rank (`step_seconds` says which);
 - `per_micro_step_s`: once per forward+backward micro-step (engine forward/backward wrappers, loss
   scaling, kernel launches that do not scale with the model);
 - `per_module_hook_s` (stage 3): DeepSpeed registers its fetch/release hooks on every module,
@@ -138,11 +139,17 @@ def pass_seconds(
     return tuple(out)
 
 
-PRIOR_TERMS = ("per_step_s", "per_module_hook_s", "per_layer_launch_s", "cpu_adam_thread_params_per_s")
+PRIOR_TERMS = (
+    "per_step_s", "single_rank_per_step_s", "per_module_hook_s", "per_layer_launch_s", "cpu_adam_thread_params_per_s",
+)  # fmt: skip
 """The terms the global prior states (the ones the published suite identifies: whole-step timings)."""
+
+STEP_PAIR = ("per_step_s", "single_rank_per_step_s")
+"""The per-step cost of a job on more than one rank and on one: `with_prior` fills them together or not at all."""
 
 GLOBAL_PRIOR = OverheadSpec(
     per_step_s=0.24,
+    single_rank_per_step_s=0.02,
     per_module_hook_s=2.0e-4,
     per_layer_launch_s=1.6e-3,
     cpu_adam_thread_params_per_s=2.0e8,
@@ -154,6 +161,23 @@ GLOBAL_PRIOR = OverheadSpec(
 by scripts/evidence/fit_published.py (never one constant per profile), judged source by source by
 scripts/evidence/loso.py (each source predicted from the prior fitted without it). A host's own
 `zerotune calibrate` values replace it; a host without GPUs keeps its nulls (the CPU testbed calibrates).
+
+The per-step cost is two values, by whether the job runs on more than one rank (`step_seconds`):
+`per_step_s` (0.24 s) fitted on the 132 multi-rank published runs, `single_rank_per_step_s` (0.02 s) on
+the 12 one-rank ones (5 sources). The published suite alone cannot tell this from one constant
+(scripts/evidence/per_step_candidates.py, row "more than one rank": leave-one-source-out 25.20% against
+the constant's 25.17%, in sample 0.02 s + 0.22 s on more than one rank; loso.py with the split 25.25%
+against 25.17%), but an independent source does: the first real GPU run (one H200, one rank,
+DeepSpeed 0.19.8: data/gpu/2026-11-28-NVIDIA-H200/README.md, docs/gpu.md section 4), whose engine timers
+leave 2-6 ms per step beyond fwd + bwd + step (`scripts/evidence/calibrate_from_log.py --gpu`), where
+the one constant added 0.24 s and put its five benches' whole steps 32-377% slow (with the one-rank
+term: -32..+35%, median |error| 14%; tests/unit/test_per_step_ranks.py). So the 0.24 s is not the
+engine's bookkeeping on one rank; on more than one rank the step synchronises the ranks (ZeRO's
+gradient-norm all-reduce, and fp16's overflow check, each waiting for the slowest rank: stage_1_and_2.py
+`get_grad_norm_direct`, `has_overflow`), but a fixed 0.22 s of that
+is not established either: DeepSpeed's bf16 example measured its 254M model 0.015 s slower on four H100s
+than on one (docs/accuracy.md), and the multi-rank value still carries what the model misses at small
+per-GPU work in several sources.
 
 What the fit absorbs (issue 18): `per_layer_launch_s` sat at the top of LAUNCH_GRID (1.6 ms) while HF's
 per-expert MoE loop was costed as one dense block's launches; with its kernels counted (`launch_weight`)
@@ -171,10 +195,20 @@ the same four values (in-sample 24.3%)."""
 
 
 def with_prior(spec: OverheadSpec, has_gpus: bool) -> OverheadSpec:
-    """The profile's terms, its null prior terms filled from GLOBAL_PRIOR on a GPU profile."""
+    """The profile's terms, its null prior terms filled from GLOBAL_PRIOR on a GPU profile.
+
+    The per-step pair (STEP_PAIR) is filled only where the profile states neither: a profile with a
+    per-step cost of its own (measured by `zerotune calibrate` or `calibrate --from-log` on its machine,
+    or cited) keeps it for one-rank jobs too rather than take the published one-rank value (a
+    measurement on this machine beats a published prior; a multi-rank figure holds the one-rank
+    bookkeeping and bounds it from above). One that states only the one-rank cost (a one-rank log)
+    takes the published multi-rank value: one rank measures no synchronisation across ranks."""
     if not has_gpus:
         return spec
-    missing = {name: getattr(GLOBAL_PRIOR, name) for name in PRIOR_TERMS if getattr(spec, name) is None}
+    skip = {"single_rank_per_step_s"} if spec.per_step_s is not None else set()
+    missing = {
+        name: getattr(GLOBAL_PRIOR, name) for name in PRIOR_TERMS if getattr(spec, name) is None and name not in skip
+    }
     if not missing:
         return spec
     said = spec.source or ""
@@ -182,11 +216,35 @@ def with_prior(spec: OverheadSpec, has_gpus: bool) -> OverheadSpec:
     return spec.model_copy(update={**missing, "source": source, "origin": spec.origin or GLOBAL_PRIOR.origin})
 
 
+def step_seconds(spec: OverheadSpec, ranks: int) -> tuple[str, float | None]:
+    """The per-step cost a job on `ranks` ranks pays, and the term it comes from: `single_rank_per_step_s`
+    on one rank where the profile has it, else `per_step_s` (null: left out)."""
+    if ranks == 1 and spec.single_rank_per_step_s is not None:
+        return "single_rank_per_step_s", spec.single_rank_per_step_s
+    return "per_step_s", spec.per_step_s
+
+
+def step_term(ranks: int) -> str:
+    """The per-step term a job of `ranks` ranks measures (`calibrate --from-log` fits it)."""
+    return "single_rank_per_step_s" if ranks == 1 else "per_step_s"
+
+
+def with_measured_pair(spec: OverheadSpec, measured: set[str]) -> OverheadSpec:
+    """`spec` after a calibration on this machine that measured the terms `measured` (names): a measured
+    `per_step_s` without a measured one-rank term clears the one-rank term (the published prior's, which
+    `with_prior` filled when the profile had neither), so the machine's own value serves one-rank jobs,
+    the rule `with_prior` applies to a profile that states `per_step_s`."""
+    if "per_step_s" in measured and "single_rank_per_step_s" not in measured:
+        return spec.model_copy(update={"single_rank_per_step_s": None})
+    return spec
+
+
 @dataclass(frozen=True)
 class Overheads:
     """The profile's terms as the step applies them (0 where the profile has none)."""
 
     per_step_s: float
+    """The job's per-step cost (`step_seconds`: the one-rank term on one rank where the profile has it)."""
     per_micro_step_s: float
     module_hook_s: tuple[float, ...]
     """Per layer: stage-3 hook seconds of one pass (forward or backward)."""
@@ -200,13 +258,15 @@ class Overheads:
     """The terms this stage uses that the profile sets, as "name value"."""
 
 
-def overheads(spec: OverheadSpec, model: ModelSpec, stage: int, moe_loop: bool = False) -> Overheads:
+def overheads(spec: OverheadSpec, model: ModelSpec, stage: int, ranks: int, moe_loop: bool = False) -> Overheads:
     """The terms per layer; `moe_loop`: the job runs sparse-MoE blocks through HF's per-expert loop
-    (`Workload.moe_impl`), whose launches `launch_weight` counts."""
+    (`Workload.moe_impl`), whose launches `launch_weight` counts; `ranks`: the job's world size, which
+    picks the per-step cost (`step_seconds`)."""
+    step_term, step_s = step_seconds(spec, ranks)
     used = [
         name
         for name, on in (
-            ("per_step_s", True),
+            (step_term, True),
             ("per_micro_step_s", True),
             ("per_module_hook_s", stage == 3),
             ("per_param_grad_hook_s", stage in (1, 2)),
@@ -219,7 +279,7 @@ def overheads(spec: OverheadSpec, model: ModelSpec, stage: int, moe_loop: bool =
     hook = spec.per_module_hook_s if stage == 3 and spec.per_module_hook_s else 0.0
     grad = spec.per_param_grad_hook_s if stage in (1, 2) and spec.per_param_grad_hook_s else 0.0
     return Overheads(
-        per_step_s=spec.per_step_s or 0.0,
+        per_step_s=step_s or 0.0,
         per_micro_step_s=spec.per_micro_step_s or 0.0,
         module_hook_s=tuple(hook * hooked_modules(model, layer) for layer in model.layers),
         grad_hook_s=tuple(grad * len(layer.tensors) for layer in model.layers),

@@ -23,7 +23,8 @@ offload) and, for stage 1/2, the all-gather of the updated partitions.
 The search calls `predict_step` for thousands of candidates: per-model data is prepared once and
 cached (zerotune/model/setup.py), and `detail=False` skips events and per-call records.
 
-Fixed costs (zerotune/model/overheads.py) enter where DeepSpeed pays them: per step, per micro-step,
+Fixed costs (zerotune/model/overheads.py) enter where DeepSpeed pays them: per step (its value by
+whether the job runs on more than one rank: overheads.step_seconds), per micro-step,
 stage-3 hooks on every module in both passes, stage 1/2 gradient hooks per parameter, and the
 optimizer step's fitted rate. Each is read from the profile's `overheads`; a null one is left out and
 the notes say so (no hidden default).
@@ -214,12 +215,12 @@ def synced_blocks(prep: Prepared, workload: Workload, hardware: HardwareProfile)
 _OVERHEADS: dict[tuple, tuple] = {}
 
 
-def _overheads(prep: Prepared, hardware: HardwareProfile, stage: int, moe_loop: bool) -> Overheads:
-    key = (id(prep), id(hardware), stage, moe_loop)
+def _overheads(prep: Prepared, hardware: HardwareProfile, stage: int, ranks: int, moe_loop: bool) -> Overheads:
+    key = (id(prep), id(hardware), stage, ranks == 1, moe_loop)
     hit = _OVERHEADS.get(key)
     if hit is not None and hit[0] is hardware and hit[1] is prep:
         return hit[2]
-    value = overheads(hardware.overheads, prep.model, stage, moe_loop)
+    value = overheads(hardware.overheads, prep.model, stage, ranks, moe_loop)
     if len(_OVERHEADS) > 1024:
         _OVERHEADS.clear()
     _OVERHEADS[key] = (hardware, prep, value)
@@ -257,7 +258,7 @@ def predict_step(
     stage = zero.stage
     cost = _comm_cost(hardware, n, nodes)
     notes.extend(cost.notes)
-    oh = _overheads(prep, hardware, stage, prep.model.num_experts > 1 and workload.moe_impl == "loop")
+    oh = _overheads(prep, hardware, stage, n, prep.model.num_experts > 1 and workload.moe_impl == "loop")
     serial = not hardware.has_gpus
     # Per-layer seconds with host hooks (zerotune/model/overheads.py): stage 3 hooks every module in
     # both passes; stage 1/2 gradient hooks in the backwards that fill buckets (stage 2 all of them,

@@ -186,7 +186,15 @@ class OverheadSpec(_Strict):
     the model then states that it left the term out."""
 
     per_step_s: float | None = Field(
-        None, description="fixed cost once per optimizer step: engine bookkeeping, timers, scheduler, Python"
+        None,
+        description="fixed cost once per optimizer step: engine bookkeeping, timers, scheduler, Python, and on a "
+        "job of more than one rank the synchronisation across ranks (the gradient-norm and overflow all-reduces, "
+        "waiting for the slowest rank); a one-rank job takes single_rank_per_step_s where the profile has it",
+    )
+    single_rank_per_step_s: float | None = Field(
+        None,
+        description="the fixed cost once per optimizer step of a job on ONE rank (no cross-rank "
+        "synchronisation); null: per_step_s serves one-rank jobs too",
     )
     per_micro_step_s: float | None = Field(
         None, description="fixed cost per forward+backward micro-step: engine hooks, loss scaling, launches"
