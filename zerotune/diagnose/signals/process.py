@@ -102,12 +102,14 @@ _INIT = re.compile(
     r"|Initializing TorchBackend|Added key: store_based_barrier_key|NCCL INFO .*Init COMPLETE"
     r"|DeepSpeed info: version=|Waiting for \w+|Rank \d+ is waiting"
     r"|\[(?:INFO|WARNING)\] \[(?:partition_parameters|parameter_offload|engine|stage3|stage_1_and_2)\.py:\d+:(?!step\])"
+    r"|\b0/\d+ \[[\d:]+<\?, \?it/s\]"
 )
 """Start-up lines: a log whose last DeepSpeed line is one of these, with no step and no error after
 it, stopped while the job was starting (a hang at init: an op build lock, a rendezvous, a barrier).
 Not the lines these modules log from the optimizer's `step` (ZeRO-3's "pytorch allocator cache flushes
 since last step" warning, `[WARNING] [stage3.py:2391:step]`): those come once per training step
-(DeepSpeedExamples#186, EasyContext#11)."""
+(DeepSpeedExamples#186, EasyContext#11). A tqdm bar at 0 with tqdm's unknown rate (`0/4887 [00:00<?,
+?it/s]`, printed before the first iteration ends) is the loop starting, not a step."""
 
 
 def _hang(hit: Hit) -> None:
@@ -171,6 +173,7 @@ SIGNALS = (
             rb"DeepSpeed info",
             rb"Waiting for",
             rb"Rank \d+ is waiting",
+            rb"<\?, \?it/s\]",
             rb"INFO\] \[(?:partition_parameters|parameter_offload|engine|stage3|stage_1_and_2)\.py:",
             rb"WARNING\] \[(?:partition_parameters|parameter_offload|engine|stage3|stage_1_and_2)\.py:",
         ),
