@@ -523,3 +523,31 @@ def test_a_bar_at_zero_with_tqdms_unknown_rate_is_start_up_not_progress() -> Non
     assert report.diagnosis.cause == "hang" and report.exit_code == 1
     moving = "Epoch 1/3:   0%|          | 1/1200 [00:04<1:20:00,  4.00s/it]\n"
     assert diagnose((started + zero + moving).encode()).diagnosis.cause == "none"
+
+
+# Round 7b (collected after round 7's changes): the shell's "Killed" after a bar, and a checkpoint whose
+# shapes are real on both sides; checked on other wordings than the fixtures'.
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Loading checkpoint shards:  33%|███▎      | 1/3 [00:41<01:22, 41.00s/it]Killed\n",
+        "Map:  12%|█▏        | 12000/100000 [00:09<01:05, 1342.51 examples/s]  Killed\n",
+    ],
+)
+def test_the_shells_killed_after_a_bar_is_a_kill(text: str) -> None:
+    report = diagnose(text.encode())
+    assert report.diagnosis.cause == "host_oom" and report.exit_code == 1
+    # a word that merely ends in "Killed" inside a message is not the shell's report
+    assert diagnose(b"INFO: worker 3 status: NotKilled\n").diagnosis.cause == "none"
+
+
+def test_a_checkpoint_of_another_model_size_is_a_checkpoint_failure() -> None:
+    row = (
+        "\tsize mismatch for transformer.h.0.attn.c_attn.weight: copying a param with shape torch.Size([768, 2304]) "
+        "from checkpoint, the shape in current model is torch.Size([1024, 3072]).\n"
+    )
+    report = diagnose(row.encode())
+    assert report.diagnosis.cause == "checkpoint" and report.exit_code == 1 and report.fix is not None
+    # ZeRO-3's placeholder on the model's side stays a partitioned-parameter problem
+    empty = row.replace("torch.Size([1024, 3072])", "torch.Size([0])")
+    assert diagnose(empty.encode()).diagnosis.cause == "zero3_param"

@@ -62,10 +62,15 @@ def _exit_code(hit: Hit) -> None:
             hit.scan.add(hit.scan.kills, Kill(hit.line, sig if sig else abs(code)))
 
 
+_SHELL_KILLED = re.compile(r"(?:^|\])\s*Killed\s*$")
+"""The shell's report of a foreground job ended by SIGKILL: "Killed" on its own line, or after the last
+tqdm bar when the bar (written with carriage returns) left no newline (`| 0/2 [00:00<?, ?it/s]Killed`)."""
+
+
 def _killed(hit: Hit) -> None:
     """A kill without an exit code: the launcher ending the other ranks, or the kernel's OOM killer."""
     text = hit.line.text
-    if hit.says("Killing subprocess", "Killed process", "oom-kill") or text.strip() == "Killed":
+    if hit.says("Killing subprocess", "Killed process", "oom-kill") or _SHELL_KILLED.search(text):
         by_kernel = hit.says("Killed process", "oom-kill")
         hit.scan.add(hit.scan.kills, Kill(hit.line, 9 if by_kernel else None))
 
