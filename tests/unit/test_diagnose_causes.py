@@ -551,3 +551,12 @@ def test_a_checkpoint_of_another_model_size_is_a_checkpoint_failure() -> None:
     # ZeRO-3's placeholder on the model's side stays a partitioned-parameter problem
     empty = row.replace("torch.Size([1024, 3072])", "torch.Size([0])")
     assert diagnose(empty.encode()).diagnosis.cause == "zero3_param"
+
+
+def test_a_bar_at_zero_after_training_steps_is_not_a_start_up_hang() -> None:
+    """An evaluation (or the next epoch) starting after steps shows a bar at 0 too: without more, a log
+    cut there says nothing about a hang at start-up."""
+    started = "[2024-05-01 10:00:00,000] [INFO] [engine.py:1100:_configure_optimizer] Using DeepSpeed Optimizer\n"
+    trained = " 50%|█████     | 600/1200 [40:00<40:00,  4.00s/it]\n{'loss': 1.23, 'learning_rate': 1e-05, 'epoch': 0.5}\n"
+    evaluating = "  0%|          | 0/63 [00:00<?, ?it/s]\n"
+    assert diagnose((started + trained + evaluating).encode()).diagnosis.cause == "none"

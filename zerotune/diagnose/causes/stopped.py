@@ -13,6 +13,7 @@ from zerotune.diagnose.report import (
     Diagnosis,
 )
 from zerotune.diagnose.signals import frames
+from zerotune.diagnose.signals.process import LOOP_STARTING
 
 _HANG_TEXT = {
     "barrier_timeout": (
@@ -62,6 +63,8 @@ def stopped_in_startup(scan: Scan, offload_configured: bool) -> Diagnosis | None
     init = scan.init_line
     if init is None or (scan.progress_line is not None and scan.progress_line.number > init.number):
         return None
+    if scan.progress_line is not None and LOOP_STARTING.search(init.text):
+        return None  # a bar at 0 after training steps is an evaluation or a new epoch starting, not start-up
     return Diagnosis(
         cause="hang",
         title="Job hung at start-up",

@@ -102,12 +102,15 @@ _HANG = (
 """A job that made no progress and was stopped by hand (Ctrl-C, a py-spy dump taken to see where it
 waits) or whose start-up rendezvous gave up; NCCL's own watchdog timeout is nccl.py's."""
 
+LOOP_STARTING = re.compile(r"\b0/\d+ \[[\d:]+<\?, \?it/s\]")
+"""tqdm's bar before its first iteration ends: 0 done, its rate still unknown (`?it/s`)."""
+
 _INIT = re.compile(
     r"Using\s+\S+\s+as PyTorch extensions root|Loading extension module|Time to load \w+ op|Building extension module"
     r"|Initializing TorchBackend|Added key: store_based_barrier_key|NCCL INFO .*Init COMPLETE"
     r"|DeepSpeed info: version=|Waiting for \w+|Rank \d+ is waiting"
     r"|\[(?:INFO|WARNING)\] \[(?:partition_parameters|parameter_offload|engine|stage3|stage_1_and_2)\.py:\d+:(?!step\])"
-    r"|\b0/\d+ \[[\d:]+<\?, \?it/s\]"
+    r"|" + LOOP_STARTING.pattern
 )
 """Start-up lines: a log whose last DeepSpeed line is one of these, with no step and no error after
 it, stopped while the job was starting (a hang at init: an op build lock, a rendezvous, a barrier).
