@@ -487,3 +487,76 @@ OOM = "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 G
 def test_oom_phase_from_the_allocating_frame(frames: str, phase: str) -> None:
     text = "Traceback (most recent call last):\n" + frames + OOM
     assert diagnose(text.encode()).diagnosis.oom.phase == phase
+
+
+# Round 7 (2026-11-28, h-logs2): forms diagnose missed on fresh logs, each checked on a wording other than
+# the fixture's (another loss-scale caller, another bar description and total, a frame of no family).
+@pytest.mark.parametrize(
+    "frame",
+    [
+        # stage_1_and_2.py's step calls _update_scale; the loss scaler's own update_scale raises at the minimum
+        '  File "/usr/lib/python3/site-packages/deepspeed/runtime/zero/stage_1_and_2.py", line 1801, in _update_scale\n',
+        '  File "/usr/lib/python3/site-packages/deepspeed/runtime/fp16/loss_scaler.py", line 175, in update_scale\n',
+    ],
+)
+def test_a_headerless_loss_scaler_traceback_is_an_fp16_overflow(frame: str) -> None:
+    """A traceback cut before its header and its exception line (DeepSpeedExamples#419 interleaves the
+    ranks' frames) is still a failure, placed by its frames in the loss scaler's update."""
+    log = '  File "/w/train.py", line 80, in main\n    model.step()\n' + frame + "    raise Exception(\n"
+    report = diagnose(log.encode())
+    assert report.diagnosis.cause == "fp16_overflow"
+    assert report.exit_code == 1 and report.fix is not None
+
+
+def test_headerless_frames_of_no_family_are_a_failure_not_no_failure() -> None:
+    log = '  File "/w/train.py", line 80, in main\n    model.step()\n  File "/w/model.py", line 9, in forward\n'
+    report = diagnose(log.encode())
+    assert report.diagnosis.cause == "unclassified" and report.exit_code == 1
+
+
+def test_a_bar_at_zero_with_tqdms_unknown_rate_is_start_up_not_progress() -> None:
+    """tqdm prints `?it/s` until its first iteration ends (OpenRLHF#670's DPO run stopped there): a log
+    ending on such a bar after start-up hung before its first step; once the bar has a rate it trained."""
+    started = "[2024-05-01 10:00:00,000] [INFO] [engine.py:1100:_configure_optimizer] Using DeepSpeed Optimizer\n"
+    zero = "Epoch 1/3:   0%|          | 0/1200 [00:00<?, ?it/s]\n"
+    report = diagnose((started + zero).encode())
+    assert report.diagnosis.cause == "hang" and report.exit_code == 1
+    moving = "Epoch 1/3:   0%|          | 1/1200 [00:04<1:20:00,  4.00s/it]\n"
+    assert diagnose((started + zero + moving).encode()).diagnosis.cause == "none"
+
+
+# Round 7b (collected after round 7's changes): the shell's "Killed" after a bar, and a checkpoint whose
+# shapes are real on both sides; checked on other wordings than the fixtures'.
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Loading checkpoint shards:  33%|███▎      | 1/3 [00:41<01:22, 41.00s/it]Killed\n",
+        "Map:  12%|█▏        | 12000/100000 [00:09<01:05, 1342.51 examples/s]  Killed\n",
+    ],
+)
+def test_the_shells_killed_after_a_bar_is_a_kill(text: str) -> None:
+    report = diagnose(text.encode())
+    assert report.diagnosis.cause == "host_oom" and report.exit_code == 1
+    # a word that merely ends in "Killed" inside a message is not the shell's report
+    assert diagnose(b"INFO: worker 3 status: NotKilled\n").diagnosis.cause == "none"
+
+
+def test_a_checkpoint_of_another_model_size_is_a_checkpoint_failure() -> None:
+    row = (
+        "\tsize mismatch for transformer.h.0.attn.c_attn.weight: copying a param with shape torch.Size([768, 2304]) "
+        "from checkpoint, the shape in current model is torch.Size([1024, 3072]).\n"
+    )
+    report = diagnose(row.encode())
+    assert report.diagnosis.cause == "checkpoint" and report.exit_code == 1 and report.fix is not None
+    # ZeRO-3's placeholder on the model's side stays a partitioned-parameter problem
+    empty = row.replace("torch.Size([1024, 3072])", "torch.Size([0])")
+    assert diagnose(empty.encode()).diagnosis.cause == "zero3_param"
+
+
+def test_a_bar_at_zero_after_training_steps_is_not_a_start_up_hang() -> None:
+    """An evaluation (or the next epoch) starting after steps shows a bar at 0 too: without more, a log
+    cut there says nothing about a hang at start-up."""
+    started = "[2024-05-01 10:00:00,000] [INFO] [engine.py:1100:_configure_optimizer] Using DeepSpeed Optimizer\n"
+    trained = " 50%|█████     | 600/1200 [40:00<40:00,  4.00s/it]\n{'loss': 1.23, 'learning_rate': 1e-05, 'epoch': 0.5}\n"
+    evaluating = "  0%|          | 0/63 [00:00<?, ?it/s]\n"
+    assert diagnose((started + trained + evaluating).encode()).diagnosis.cause == "none"

@@ -96,6 +96,12 @@ _CHECKPOINT_FIX: dict[str, tuple[str, object, object, str]] = {
         "run on one complete global_stepN folder",
         "the converter needs every rank's *_optim_states.pt of the same save (and the same DeepSpeed version's script)",
     ),
+    "shape_mismatch": (
+        "(script) model definition",
+        None,
+        "the checkpoint's own config",
+        "build the model from the config the checkpoint was saved with (hidden size, vocabulary) before loading it",
+    ),
     "files_missing": (
         "(script) checkpoint folder",
         None,

@@ -59,7 +59,7 @@ CAUSES: tuple[CauseRule, ...] = (
     *(CauseRule(cause, ("frame_causes",), stopped.located(cause), fallback=True) for cause in stopped.LOCATED_TEXT),
     CauseRule("nccl_error", ("collectives",), collectives.nccl_warned, fallback=True),
     CauseRule(
-        "unclassified", ("tracebacks", "last_exception", "exits", "kills"), stopped.unclassified, fallback=True
+        "unclassified", ("tracebacks", "last_exception", "exits", "kills", "last_frame"), stopped.unclassified, fallback=True
     ),
     CauseRule("hang", ("init_line",), stopped.stopped_in_startup, fallback=True),
 )

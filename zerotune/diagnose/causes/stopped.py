@@ -13,6 +13,7 @@ from zerotune.diagnose.report import (
     Diagnosis,
 )
 from zerotune.diagnose.signals import frames
+from zerotune.diagnose.signals.process import LOOP_STARTING
 
 _HANG_TEXT = {
     "barrier_timeout": (
@@ -32,8 +33,9 @@ _HANG_TEXT = {
         "(py-spy dump) to see where; with CPU offload, check the host is not out of memory or swapping."
     ),
     "stopped_in_startup": (
-        "The log ends during start-up (the last lines load ops or initialise the process group) with no "
-        "step and no error after them: the job hung at init."
+        "The log ends during start-up (the last lines load ops, initialise the process group, or start the "
+        "training loop's progress bar at 0) with no step and no error after them: the job hung before its "
+        "first step."
     ),
 }
 
@@ -61,6 +63,8 @@ def stopped_in_startup(scan: Scan, offload_configured: bool) -> Diagnosis | None
     init = scan.init_line
     if init is None or (scan.progress_line is not None and scan.progress_line.number > init.number):
         return None
+    if scan.progress_line is not None and LOOP_STARTING.search(init.text):
+        return None  # a bar at 0 after training steps is an evaluation or a new epoch starting, not start-up
     return Diagnosis(
         cause="hang",
         title="Job hung at start-up",
@@ -74,6 +78,7 @@ def stopped_in_startup(scan: Scan, offload_configured: bool) -> Diagnosis | None
 LOCATED_TEXT: dict[str, str] = {
     "op_build": "while torch compiled or loaded a DeepSpeed op (torch.utils.cpp_extension / op_builder)",
     "nvme_aio": "in DeepSpeed's NVMe swapping (swap_tensor / async_io)",
+    "fp16_overflow": "in fp16 loss scaling (the loss scaler's update after an overflow)",
     "checkpoint": "while a checkpoint was saved, loaded or converted",
     "zero3_param": "in ZeRO-3's parameter partitioning or gathering",
     "config_rejected": "while DeepSpeed read its config",
@@ -111,7 +116,7 @@ def located(cause: CauseName) -> Callable[[Scan, bool], Diagnosis | None]:
 def unclassified(scan: Scan, offload_configured: bool) -> Diagnosis | None:
     """A failed run nothing above explains: an exception, a non-zero exit, a kill. Never "no failure"."""
     failed = [k.line for k in scan.kills] + [e.line for e in scan.exits]
-    if not (scan.tracebacks or scan.exceptions or failed):
+    if not (scan.tracebacks or scan.exceptions or failed or scan.last_frame):
         return None
     decisive: list[LogLine] = []
     if scan.exceptions:
@@ -119,13 +124,17 @@ def unclassified(scan: Scan, offload_configured: bool) -> Diagnosis | None:
         if scan.last_exception is not None:
             decisive.append(scan.last_exception)
     decisive += sorted(failed, key=lambda line: line.number)[:2]
+    if not decisive and scan.last_frame is not None:
+        decisive.append(scan.last_frame)  # a traceback cut before its header and its exception line
     first = min(line.number for line in decisive) if decisive else None
     if scan.exceptions:
         what = f"the exception is {scan.exceptions[0].text.strip()[:200]!r}"
     elif failed:
         what = "a process exited with an error without a Python traceback in the log"
-    else:
+    elif scan.tracebacks:
         what = "the log has a Python traceback but not its exception line"
+    else:
+        what = "the log has Python traceback frames but neither their header nor their exception line"
     return Diagnosis(
         cause="unclassified",
         title="Failure not recognised",

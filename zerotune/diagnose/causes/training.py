@@ -98,6 +98,10 @@ _CHECKPOINT_TEXT = {
         "otherwise nothing (or empty tensors) is written."
     ),
     "universal": "Loading or converting a universal checkpoint failed.",
+    "shape_mismatch": (
+        "The checkpoint's tensors have other shapes than the model's (both real shapes, not ZeRO-3's empty "
+        "placeholders): it was saved from another model definition or size than the one built to load it."
+    ),
     "convert": (
         "Converting the ZeRO checkpoint (zero_to_fp32) failed: the per-rank files of one save are "
         "incomplete, mixed with another save, or from another layout."

@@ -39,6 +39,10 @@ FAMILIES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     for cause, pattern in (
         ("op_build", r"torch/utils/cpp_extension\.py|deepspeed/ops/op_builder/"),
         ("nvme_aio", r"deepspeed/runtime/swap_tensor/|deepspeed/ops/aio/|deepspeed/nvme/"),
+        # the loss scaler's update after an overflow: DynamicLossScaler.update_scale (runtime/fp16/
+        # loss_scaler.py) raises at the minimum scale; stage3.py `_overflow_check_and_loss_scale_update`,
+        # and `_update_scale` of stage3.py, stage_1_and_2.py and fp16/(un)fused_optimizer.py call it
+        ("fp16_overflow", r"deepspeed/runtime/fp16/loss_scaler\.py|\s(?:_overflow_check_and_loss_scale_update|_update_scale)$"),
         (
             "checkpoint",
             r"deepspeed/checkpoint/|checkpoint_engine/|zero_to_fp32\.py|ds_to_universal\.py|torch/serialization\.py"
@@ -99,11 +103,17 @@ def frame_family(text: str, families: tuple[tuple[str, re.Pattern[str]], ...] = 
     return next((cause for cause, pattern in families if pattern.search(where)), None)
 
 
+def _last_frame(hit: Hit) -> None:
+    """Any traceback frame, of a family or not: with no `Traceback` header or exception line in the log
+    (an excerpt cut on both sides), the frames alone still show that the run failed."""
+    if _where(hit.line.text) is not None:
+        hit.scan.last_frame = hit.line
+
+
 def _frame(hit: Hit) -> None:
     if _where(hit.line.text) is None:
         return
     s = hit.scan
-    s.last_frame = hit.line
     cause = frame_family(hit.line.text)
     if cause is not None:
         s.add(s.frame_causes, Event(hit.line, cause, "frame"))
@@ -141,6 +151,7 @@ def located(scan: Scan) -> Event | None:
 
 
 SIGNALS = (
+    Signal("last_frame", (rb'File "', rb"\.py:\d+ in \w", rb"\.py in \w+\("), (_last_frame,)),
     Signal(
         "frame_causes",
         (rb'File "', rb"\.py:\d+ in \w", rb"\.py in \w+\(", rb"Error:", rb"Exception:"),

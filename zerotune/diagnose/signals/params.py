@@ -34,6 +34,15 @@ _CHECKPOINT_LINES: tuple[tuple[str, re.Pattern[str]], ...] = (
         ),
     ),
     ("not_gathered_on_save", re.compile(r"stage3_gather_16bit_weights_on_model_save")),
+    (
+        # torch's load_state_dict row with a real shape on both sides (a [0] on either side is ZeRO-3's
+        # placeholder: empty_weights_saved above, zero3_param's current_model_empty)
+        "shape_mismatch",
+        re.compile(
+            r"copying a param with shape torch\.Size\(\[[1-9][\d, ]*\]\) from checkpoint, "
+            r"the shape in current model is torch\.Size\(\[[1-9]"
+        ),
+    ),
     ("universal", re.compile(r"ds_to_universal|load_universal|[Uu]niversal checkpoint")),
     (
         "convert",
@@ -131,6 +140,7 @@ SIGNALS = (
         (
             rb"DP world size of",
             rb"Size\(\[0\]\) from checkpoint",
+            rb"from checkpoint, the shape in current model",
             rb"_gather_16bit_weights_on_model_save",
             rb"_to_universal",
             rb"_universal",

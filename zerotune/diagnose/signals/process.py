@@ -62,10 +62,15 @@ def _exit_code(hit: Hit) -> None:
             hit.scan.add(hit.scan.kills, Kill(hit.line, sig if sig else abs(code)))
 
 
+_SHELL_KILLED = re.compile(r"(?:^|\])\s*Killed\s*$")
+"""The shell's report of a foreground job ended by SIGKILL: "Killed" on its own line, or after the last
+tqdm bar when the bar (written with carriage returns) left no newline (`| 0/2 [00:00<?, ?it/s]Killed`)."""
+
+
 def _killed(hit: Hit) -> None:
     """A kill without an exit code: the launcher ending the other ranks, or the kernel's OOM killer."""
     text = hit.line.text
-    if hit.says("Killing subprocess", "Killed process", "oom-kill") or text.strip() == "Killed":
+    if hit.says("Killing subprocess", "Killed process", "oom-kill") or _SHELL_KILLED.search(text):
         by_kernel = hit.says("Killed process", "oom-kill")
         hit.scan.add(hit.scan.kills, Kill(hit.line, 9 if by_kernel else None))
 
@@ -97,17 +102,22 @@ _HANG = (
 """A job that made no progress and was stopped by hand (Ctrl-C, a py-spy dump taken to see where it
 waits) or whose start-up rendezvous gave up; NCCL's own watchdog timeout is nccl.py's."""
 
+LOOP_STARTING = re.compile(r"\b0/\d+ \[[\d:]+<\?, \?it/s\]")
+"""tqdm's bar before its first iteration ends: 0 done, its rate still unknown (`?it/s`)."""
+
 _INIT = re.compile(
     r"Using\s+\S+\s+as PyTorch extensions root|Loading extension module|Time to load \w+ op|Building extension module"
     r"|Initializing TorchBackend|Added key: store_based_barrier_key|NCCL INFO .*Init COMPLETE"
     r"|DeepSpeed info: version=|Waiting for \w+|Rank \d+ is waiting"
     r"|\[(?:INFO|WARNING)\] \[(?:partition_parameters|parameter_offload|engine|stage3|stage_1_and_2)\.py:\d+:(?!step\])"
+    r"|" + LOOP_STARTING.pattern
 )
 """Start-up lines: a log whose last DeepSpeed line is one of these, with no step and no error after
 it, stopped while the job was starting (a hang at init: an op build lock, a rendezvous, a barrier).
 Not the lines these modules log from the optimizer's `step` (ZeRO-3's "pytorch allocator cache flushes
 since last step" warning, `[WARNING] [stage3.py:2391:step]`): those come once per training step
-(DeepSpeedExamples#186, EasyContext#11)."""
+(DeepSpeedExamples#186, EasyContext#11). A tqdm bar at 0 with tqdm's unknown rate (`0/4887 [00:00<?,
+?it/s]`, printed before the first iteration ends) is the loop starting, not a step."""
 
 
 def _hang(hit: Hit) -> None:
@@ -171,6 +181,7 @@ SIGNALS = (
             rb"DeepSpeed info",
             rb"Waiting for",
             rb"Rank \d+ is waiting",
+            rb"<\?, \?it/s\]",
             rb"INFO\] \[(?:partition_parameters|parameter_offload|engine|stage3|stage_1_and_2)\.py:",
             rb"WARNING\] \[(?:partition_parameters|parameter_offload|engine|stage3|stage_1_and_2)\.py:",
         ),

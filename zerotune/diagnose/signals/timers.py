@@ -184,9 +184,18 @@ _PROGRESS = (
 without a postfix after its rate: `1019.75s/it, loss=7.13]`, ZeRO-3's per-step cache-flush warning)."""
 
 
+def _last(data: bytes, pattern: bytes) -> int:
+    """The last occurrence of `pattern`, skipping tqdm's unknown rate (`?it/s`): a bar printed before
+    its first iteration ended shows no progress."""
+    at = data.rfind(pattern)
+    while at > 0 and pattern.startswith(b"it/s") and data[at - 1 : at] == b"?":
+        at = data.rfind(pattern, 0, at)
+    return at
+
+
 def _progress(block: Block, s: Scan) -> None:
     """The last line in the log that shows training progress."""
-    at = max(block.data.rfind(p) for p in _PROGRESS)
+    at = max(_last(block.data, p) for p in _PROGRESS)
     if at >= 0:
         s.progress_line = block.line_at(at)
 
