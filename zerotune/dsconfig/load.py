@@ -161,7 +161,11 @@ def _followed(loaded: LoadedConfig) -> str | None:
 
 YAML_SUFFIXES = (".yaml", ".yml")
 """A config kept as YAML (launch scripts that dump it to JSON for DeepSpeed) is read as YAML: through
-hjson it would be one string."""
+hjson it would be one string. A .yaml file whose text is a JSON object is read as JSON: DeepSpeed opens a
+config path with hjson.load whatever its name (deepspeed/runtime/config.py:443-444 in 0.19.8) and accelerate's
+deepspeed_config_file with json.load (HfDeepSpeedConfig, huggingface/accelerate
+src/accelerate/utils/deepspeed.py), while PyYAML (YAML 1.1) would read `5e8` as the string "5e8" and keep
+the last of duplicate keys (THUDM/CogVideo finetune/configs/zero2.yaml)."""
 
 
 def load_bytes(raw: bytes, name: str) -> LoadedConfig:
@@ -172,9 +176,9 @@ def load_bytes(raw: bytes, name: str) -> LoadedConfig:
         loaded = LoadedConfig(path=name, text="")
         loaded.issues.append(LoadIssue("syntax", f"not UTF-8 text (byte {exc.start})", "", None))
         return loaded
-    if name.lower().endswith(YAML_SUFFIXES):
-        return _as_accelerate(_load_yaml(text, name))
     loaded = load_text(text, name)
+    if name.lower().endswith(YAML_SUFFIXES) and not (loaded.strict_json and isinstance(loaded.data, dict)):
+        return _as_accelerate(_load_yaml(text, name))
     if raw.startswith(codecs.BOM_UTF8) and loaded.parsed:
         # hjson skips a BOM; json.load on an open() text file (HF, accelerate) fails "Unexpected UTF-8 BOM".
         loaded.issues.insert(0, LoadIssue("hjson_only", "starts with a UTF-8 byte-order mark", "", 0))
@@ -193,7 +197,9 @@ def _load_yaml(text: str, name: str) -> LoadedConfig:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         problem = getattr(exc, "problem", None) or str(exc)
-        loaded.issues.append(LoadIssue("syntax", f"not valid YAML: {problem}", "", mark.index if mark else None))
+        loaded.issues.append(
+            LoadIssue("syntax", f"not valid YAML: {problem}", "", mark.index if mark else None)
+        )
     return loaded
 
 
@@ -236,7 +242,9 @@ def config_data(loaded: LoadedConfig) -> dict[str, Any]:
                 hint="run from the launch folder, or pass --config with that file's path",
             )
         kind = loaded.accelerate.get("distributed_type")
-        raise InputError(f"{path} is an accelerate config with distributed_type {kind}: it does not use DeepSpeed")
+        raise InputError(
+            f"{path} is an accelerate config with distributed_type {kind}: it does not use DeepSpeed"
+        )
     if not isinstance(loaded.data, dict):
         kind = type(loaded.data).__name__
         raise InputError(f"{path}: a DeepSpeed config must be a JSON object, got {kind}")
