@@ -5,7 +5,8 @@
 `DeepSpeedConfig(path)` at data-parallel world sizes 1 and 8 (differential_corpus.py's DeepSpeedParser;
 None = accepted, else the exception). The path is given as is when the text is JSON, whatever the file's
 name (DeepSpeed opens it with hjson.load, deepspeed/runtime/config.py:443-444); a real YAML file is loaded
-with yaml.safe_load and dumped to JSON first, as a launcher that keeps its DeepSpeed config in YAML does.
+with yaml.safe_load and dumped to JSON first, as a launcher that keeps its DeepSpeed config in YAML does
+(of a SwissArmyTransformer YAML, its `deepspeed:` section as OmegaConf reads it: zerotune's loader).
 HF accelerate launcher configs are skipped: DeepSpeed never reads them.
 """
 
@@ -20,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from scripts.evidence.differential_corpus import WORLDS, DeepSpeedParser  # noqa: E402
 from zerotune.dsconfig import accelerate  # noqa: E402
+from zerotune.dsconfig.load import load_path  # noqa: E402
 
 
 def main(paths: list[str]) -> dict[str, dict[str, str | None]]:
@@ -39,6 +41,11 @@ def main(paths: list[str]) -> dict[str, dict[str, str | None]]:
                     data = yaml.safe_load(text)
                     if isinstance(data, dict) and accelerate.is_accelerate_config(data):
                         continue
+                    loaded = load_path(path)
+                    if (
+                        loaded.section
+                    ):  # a launcher's `deepspeed:` section (SwissArmyTransformer) is the config
+                        data = loaded.data
                     given = str(Path(tmp) / (path.stem + ".json"))
                     Path(given).write_text(json.dumps(data))
             out[path.name] = {str(w): parser.verdict(given, w) for w in WORLDS}

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from zerotune.dsconfig import accelerate
-from zerotune.dsconfig.load import load_path, load_text
+from zerotune.dsconfig.load import load_bytes, load_path, load_text
 from zerotune.lint.context import LintOptions
 from zerotune.lint.runner import lint
 
@@ -104,14 +104,37 @@ def test_json_in_a_yaml_file_is_read_as_json() -> None:
 def test_json_object_in_yaml_bytes() -> None:
     """Only a JSON object is read as JSON; real YAML keeps PyYAML's reading (a launcher yaml.safe_load-s it
     and hands DeepSpeed the dict, as gdGPT does)."""
-    from zerotune.dsconfig.load import load_bytes
-
     assert load_bytes(b'{"train_batch_size": 8, "x": 2e8}', "a.yaml").data == {
         "train_batch_size": 8,
         "x": 200_000_000,
     }
     assert load_bytes(b"x: 2e8\n", "a.yaml").data == {"x": "2e8"}  # YAML 1.1, as PyYAML reads it
     assert load_bytes(b"[1, 2]", "a.yml").data == [1, 2]
+
+
+def test_sat_yaml_is_read_as_its_deepspeed_section(cli) -> None:
+    """SwissArmyTransformer (CogVideo sat/arguments.py) hands DeepSpeed the `deepspeed:` mapping of its YAML,
+    read with OmegaConf (`1e-8` a float), and builds a `sat.` optimizer itself. Was: the whole file read as a
+    DeepSpeed config: ZT102 (no batch size), `args`/`data`/`deepspeed` unknown, and predict at stage 0."""
+    name = "THUDM__CogVideo__sat__configs__sft.yaml"
+    loaded = load_path(CONFIGS / name)
+    assert loaded.section == "/deepspeed" and loaded.data["train_micro_batch_size_per_gpu"] == 2
+    assert loaded.data["optimizer"]["params"]["eps"] == 1e-8  # OmegaConf's float, PyYAML's would be "1e-8"
+    found = {d.code: d.severity.value for d in lint(loaded, LintOptions(world_size=8))}
+    assert found["ZT006"] == "info" and found["ZT610"] == "info" and "ZT102" not in found
+    assert "ZT615" not in found and "ZT502" not in found
+    res = cli("predict", "--config", str(CONFIGS / name), "--model", "llama-7b", "--gpus", "8")
+    assert res.code == 0 and "ZeRO stage 2" in res.stdout and "micro-batch 2" in res.stdout
+    # a DeepSpeed config with its own top-level keys is never read as a nested section
+    plain = load_bytes(
+        json.dumps({"train_batch_size": 8, "deepspeed": {"train_batch_size": 4}}).encode(), "ds.json"
+    )
+    assert plain.section == "" and plain.data["train_batch_size"] == 8
+    nested = load_bytes(
+        b'{"args": {},\n "deepspeed": {"train_batch_size": 8,\n  "fp16": {"enabled": 1, "x": 2}}}', "s.json"
+    )
+    [unknown] = [d for d in lint(nested) if d.code == "ZT501"]
+    assert nested.section == "/deepspeed" and (unknown.line, unknown.pointer) == (3, "/fp16/x")
 
 
 def test_zero3_save_without_gather_says_what_each_saver_does() -> None:

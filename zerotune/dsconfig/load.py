@@ -74,6 +74,9 @@ class LoadedConfig:
     DeepSpeed."""
     accelerate_path: str | None = None
     """The accelerate config this file was read through (it names this file as deepspeed_config_file)."""
+    section: str = ""
+    """JSON pointer of the DeepSpeed config inside a launcher config that nests it (`/deepspeed`, see
+    `_as_launcher_section`); `data` is then that section, and `locate` looks under it."""
     _line_starts: list[int] = field(default_factory=list, repr=False)
 
     def position(self, offset: int | None) -> tuple[int | None, int | None]:
@@ -87,12 +90,12 @@ class LoadedConfig:
 
     def locate(self, pointer: str) -> tuple[int | None, int | None]:
         """Line and column for `pointer`: its key, else the nearest ancestor that exists in the text."""
-        probe = pointer
+        probe = self.section + pointer
         while True:
             node = self.nodes.get(probe)
             if node is not None:
                 return self.position(node.key_start if node.key_start is not None else node.value_start)
-            if not probe:
+            if not probe or probe == self.section:
                 return (1, 1) if self.text else (None, None)
             probe = probe.rsplit("/", 1)[0]
 
@@ -211,7 +214,44 @@ def _as_accelerate(loaded: LoadedConfig) -> LoadedConfig:
         loaded.accelerate = loaded.data
         usable = accelerate.uses_deepspeed(loaded.data) and accelerate.config_file(loaded.data) is None
         loaded.data = accelerate.built_config(loaded.data) if usable else None
+        return loaded
+    return _as_launcher_section(loaded)
+
+
+def _as_launcher_section(loaded: LoadedConfig) -> LoadedConfig:
+    """A launcher config that keeps the DeepSpeed config in a `deepspeed` mapping: SwissArmyTransformer's
+    YAML (THUDM/CogVideo sat/arguments.py `process_config_to_args`: args.deepspeed_config =
+    config["deepspeed"]) next to `args:` and `data:`. Read as a whole, every key looks unknown and the batch
+    size missing, which is not what DeepSpeed gets; so when the top level has no DeepSpeed key and the
+    `deepspeed` mapping has one, that mapping is the config."""
+    from zerotune.dsconfig import schema
+
+    data = loaded.data
+    if not (loaded.parsed and isinstance(data, dict) and isinstance(data.get("deepspeed"), dict)):
+        return loaded
+    top = set(schema.SECTIONS[""].keys)
+    if not top & set(data) and top & set(data["deepspeed"]):
+        loaded.section = "/deepspeed"
+        if not loaded.strict_json:
+            data = _omegaconf_yaml(loaded.text)
+        loaded.data = data["deepspeed"]
     return loaded
+
+
+# A float as OmegaConf's YAML loader resolves it (omry/omegaconf omegaconf/_utils.py `get_yaml_loader`): YAML
+# 1.1's rule plus an exponent without a dot (`1e-8`, `5e8`), which PyYAML alone leaves a string.
+_OMEGACONF_FLOAT = re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+)$")
+
+
+def _omegaconf_yaml(text: str) -> Any:
+    """The YAML as SwissArmyTransformer reads it (OmegaConf.load): `1e-8` is a float there."""
+    import yaml
+
+    class _Loader(yaml.SafeLoader):
+        pass
+
+    _Loader.add_implicit_resolver("tag:yaml.org,2002:float", _OMEGACONF_FLOAT, list("-+0123456789"))
+    return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
 
 
 def read_config(path: str | Path) -> dict[str, Any]:
