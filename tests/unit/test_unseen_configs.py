@@ -99,6 +99,10 @@ def test_json_in_a_yaml_file_is_read_as_json() -> None:
     assert _codes(z2, severity="error") == ["ZT801"]  # "auto" only, as DeepSpeed's TypeError on it
     z3 = _codes("THUDM__CogVideo__finetune__configs__zero3.yaml", severity="error")
     assert z3.count("ZT004") == 2 and "ZT601" not in z3
+    # accelerate reads it with json.load (last value kept) and hands DeepSpeed a dict: the job starts
+    z3_hf = _codes("THUDM__CogVideo__finetune__configs__zero3.yaml", severity="warning", hf=True)
+    assert z3_hf.count("ZT004") == 2
+    assert _codes("THUDM__CogVideo__finetune__configs__zero3.yaml", severity="error", hf=True) == []
 
 
 def test_json_object_in_yaml_bytes() -> None:

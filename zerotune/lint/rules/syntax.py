@@ -123,7 +123,9 @@ class DuplicateKey(_IssueRule):
 
     ## Why is this bad?
     DeepSpeed loads files with `object_pairs_hook=dict_raise_error_on_duplicate_keys` and refuses them;
-    `json.load` (HF) silently keeps the last value, so the two tools disagree.
+    `json.load` (HF) silently keeps the last value, so the two tools disagree. Under `--hf` it is a warning:
+    HF Trainer/accelerate read the file with `json.load` and hand DeepSpeed the dict, so the job starts
+    with the last value, and the file breaks only when launched without them.
 
     ## Example
     ```json
@@ -137,13 +139,32 @@ class DuplicateKey(_IssueRule):
 
     ## References
     - deepspeed/runtime/config_utils.py `dict_raise_error_on_duplicate_keys`
+    - huggingface/accelerate src/accelerate/utils/deepspeed.py `HfDeepSpeedConfig.__init__` (json.load)
     """
 
     code = "ZT004"
     name = "duplicate-key"
     severity = Severity.ERROR
-    message = "duplicate key `{detail}`: DeepSpeed refuses files with repeated keys"
+    message = "duplicate key `{detail}`: {outcome}"
     kind = "duplicate"
+
+    def check(self, ctx: Context) -> Iterator[Diagnostic]:
+        hf = ctx.options.hf
+        outcome = (
+            "HF/accelerate keep the last value (json.load); DeepSpeed alone refuses the file"
+            if hf
+            else "DeepSpeed refuses files with repeated keys"
+        )
+        for issue in ctx.loaded.issues:
+            if issue.kind == self.kind:
+                yield self.emit(
+                    ctx,
+                    issue.pointer,
+                    offset=issue.offset,
+                    severity=Severity.WARNING if hf else None,
+                    detail=issue.message.rstrip(","),
+                    outcome=outcome,
+                )
 
 
 class RootNotObject(Rule):
