@@ -1,4 +1,4 @@
-"""44 DeepSpeed configs from 23 public repositories the project had never used (tests/fixtures/unseen_configs):
+"""87 DeepSpeed configs from 35 public repositories the project had never used (tests/fixtures/unseen_configs):
 provenance, no crash, exit codes, zerotune's errors against DeepSpeed 0.19.8's own parser verdicts, and the
 findings checked by hand against DeepSpeed / accelerate source."""
 
@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from zerotune.dsconfig import accelerate
-from zerotune.dsconfig.load import load_path, load_text
+from zerotune.dsconfig.load import load_bytes, load_path, load_text
 from zerotune.lint.context import LintOptions
 from zerotune.lint.runner import lint
 
@@ -37,8 +37,8 @@ def test_manifest_is_verbatim_and_unseen() -> None:
     rows = _manifest()
     with CORPUS_MANIFEST.open() as fh:
         seen = {r["repo"] for r in csv.DictReader(fh, delimiter="\t")}
-    assert len(rows) == len(list(CONFIGS.iterdir())) == 44
-    assert len({r["repo"] for r in rows}) == 23
+    assert len(rows) == len(list(CONFIGS.iterdir())) == 87
+    assert len({r["repo"] for r in rows}) == 35
     for row in rows:
         data = (HERE / row["filename"]).read_bytes()
         assert hashlib.sha256(data).hexdigest() == row["sha256"], row["filename"]
@@ -50,7 +50,7 @@ def test_validate_whole_set_never_crashes(cli) -> None:
         res = cli("validate", str(CONFIGS / "*"), "--format", "json", "--world-size", "8", *hf)
         assert res.code == 1  # some files have errors; none is a usage error
         doc = json.loads(res.stdout)
-        assert len(doc["files"]) == 44
+        assert len(doc["files"]) == 87
         codes = [d["code"] for f in doc["files"] for d in f["diagnostics"]]
         assert "ZT000" not in codes
     for path in sorted(CONFIGS.iterdir()):
@@ -84,6 +84,61 @@ def test_findings_checked_by_hand() -> None:
     assert "ZT003" in _codes(tpl)
     auto = "determined-ai__determined__harness__tests__experiment__fixtures__deepspeed_autotune__example_experiment__ds_config.json"
     assert "ZT504" in _codes(auto)  # cpu_offload is the deprecated spelling
+
+
+def test_json_in_a_yaml_file_is_read_as_json() -> None:
+    """THUDM/CogVideo's finetune/configs/zero*.yaml are JSON documents named .yaml. DeepSpeed opens a config
+    path with hjson.load whatever its name (deepspeed/runtime/config.py:443-444, 0.19.8) and accelerate's
+    deepspeed_config_file with json.load, so `5e8` is a number and a repeated key is refused by DeepSpeed.
+    Was: read by PyYAML (YAML 1.1), `5e8` the string "5e8": ZT601 under --hf and in predict, where accelerate
+    starts, and the duplicate keys of zero3.yaml unseen."""
+    z2 = "THUDM__CogVideo__finetune__configs__zero2.yaml"
+    loaded = load_path(CONFIGS / z2)
+    assert loaded.data["zero_optimization"]["reduce_bucket_size"] == 500_000_000
+    assert _codes(z2, severity="error", hf=True) == []
+    assert _codes(z2, severity="error") == ["ZT801"]  # "auto" only, as DeepSpeed's TypeError on it
+    z3 = _codes("THUDM__CogVideo__finetune__configs__zero3.yaml", severity="error")
+    assert z3.count("ZT004") == 2 and "ZT601" not in z3
+    # accelerate reads it with json.load (last value kept) and hands DeepSpeed a dict: the job starts
+    z3_hf = _codes("THUDM__CogVideo__finetune__configs__zero3.yaml", severity="warning", hf=True)
+    assert z3_hf.count("ZT004") == 2
+    assert _codes("THUDM__CogVideo__finetune__configs__zero3.yaml", severity="error", hf=True) == []
+
+
+def test_json_object_in_yaml_bytes() -> None:
+    """Only a JSON object is read as JSON; real YAML keeps PyYAML's reading (a launcher yaml.safe_load-s it
+    and hands DeepSpeed the dict, as gdGPT does)."""
+    assert load_bytes(b'{"train_batch_size": 8, "x": 2e8}', "a.yaml").data == {
+        "train_batch_size": 8,
+        "x": 200_000_000,
+    }
+    assert load_bytes(b"x: 2e8\n", "a.yaml").data == {"x": "2e8"}  # YAML 1.1, as PyYAML reads it
+    assert load_bytes(b"[1, 2]", "a.yml").data == [1, 2]
+
+
+def test_sat_yaml_is_read_as_its_deepspeed_section(cli) -> None:
+    """SwissArmyTransformer (CogVideo sat/arguments.py) hands DeepSpeed the `deepspeed:` mapping of its YAML,
+    read with OmegaConf (`1e-8` a float), and builds a `sat.` optimizer itself. Was: the whole file read as a
+    DeepSpeed config: ZT102 (no batch size), `args`/`data`/`deepspeed` unknown, and predict at stage 0."""
+    name = "THUDM__CogVideo__sat__configs__sft.yaml"
+    loaded = load_path(CONFIGS / name)
+    assert loaded.section == "/deepspeed" and loaded.data["train_micro_batch_size_per_gpu"] == 2
+    assert loaded.data["optimizer"]["params"]["eps"] == 1e-8  # OmegaConf's float, PyYAML's would be "1e-8"
+    found = {d.code: d.severity.value for d in lint(loaded, LintOptions(world_size=8))}
+    assert found["ZT006"] == "info" and found["ZT610"] == "info" and "ZT102" not in found
+    assert "ZT615" not in found and "ZT502" not in found
+    res = cli("predict", "--config", str(CONFIGS / name), "--model", "llama-7b", "--gpus", "8")
+    assert res.code == 0 and "ZeRO stage 2" in res.stdout and "micro-batch 2" in res.stdout
+    # a DeepSpeed config with its own top-level keys is never read as a nested section
+    plain = load_bytes(
+        json.dumps({"train_batch_size": 8, "deepspeed": {"train_batch_size": 4}}).encode(), "ds.json"
+    )
+    assert plain.section == "" and plain.data["train_batch_size"] == 8
+    nested = load_bytes(
+        b'{"args": {},\n "deepspeed": {"train_batch_size": 8,\n  "fp16": {"enabled": 1, "x": 2}}}', "s.json"
+    )
+    [unknown] = [d for d in lint(nested) if d.code == "ZT501"]
+    assert nested.section == "/deepspeed" and (unknown.line, unknown.pointer) == (3, "/fp16/x")
 
 
 def test_zero3_save_without_gather_says_what_each_saver_does() -> None:

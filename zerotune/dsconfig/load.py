@@ -74,6 +74,9 @@ class LoadedConfig:
     DeepSpeed."""
     accelerate_path: str | None = None
     """The accelerate config this file was read through (it names this file as deepspeed_config_file)."""
+    section: str = ""
+    """JSON pointer of the DeepSpeed config inside a launcher config that nests it (`/deepspeed`, see
+    `_as_launcher_section`); `data` is then that section, and `locate` looks under it."""
     _line_starts: list[int] = field(default_factory=list, repr=False)
 
     def position(self, offset: int | None) -> tuple[int | None, int | None]:
@@ -87,12 +90,12 @@ class LoadedConfig:
 
     def locate(self, pointer: str) -> tuple[int | None, int | None]:
         """Line and column for `pointer`: its key, else the nearest ancestor that exists in the text."""
-        probe = pointer
+        probe = self.section + pointer
         while True:
             node = self.nodes.get(probe)
             if node is not None:
                 return self.position(node.key_start if node.key_start is not None else node.value_start)
-            if not probe:
+            if not probe or probe == self.section:
                 return (1, 1) if self.text else (None, None)
             probe = probe.rsplit("/", 1)[0]
 
@@ -161,7 +164,11 @@ def _followed(loaded: LoadedConfig) -> str | None:
 
 YAML_SUFFIXES = (".yaml", ".yml")
 """A config kept as YAML (launch scripts that dump it to JSON for DeepSpeed) is read as YAML: through
-hjson it would be one string."""
+hjson it would be one string. A .yaml file whose text is a JSON object is read as JSON: DeepSpeed opens a
+config path with hjson.load whatever its name (deepspeed/runtime/config.py:443-444 in 0.19.8) and accelerate's
+deepspeed_config_file with json.load (HfDeepSpeedConfig, huggingface/accelerate
+src/accelerate/utils/deepspeed.py), while PyYAML (YAML 1.1) would read `5e8` as the string "5e8" and keep
+the last of duplicate keys (THUDM/CogVideo finetune/configs/zero2.yaml)."""
 
 
 def load_bytes(raw: bytes, name: str) -> LoadedConfig:
@@ -172,9 +179,9 @@ def load_bytes(raw: bytes, name: str) -> LoadedConfig:
         loaded = LoadedConfig(path=name, text="")
         loaded.issues.append(LoadIssue("syntax", f"not UTF-8 text (byte {exc.start})", "", None))
         return loaded
-    if name.lower().endswith(YAML_SUFFIXES):
-        return _as_accelerate(_load_yaml(text, name))
     loaded = load_text(text, name)
+    if name.lower().endswith(YAML_SUFFIXES) and not (loaded.strict_json and isinstance(loaded.data, dict)):
+        return _as_accelerate(_load_yaml(text, name))
     if raw.startswith(codecs.BOM_UTF8) and loaded.parsed:
         # hjson skips a BOM; json.load on an open() text file (HF, accelerate) fails "Unexpected UTF-8 BOM".
         loaded.issues.insert(0, LoadIssue("hjson_only", "starts with a UTF-8 byte-order mark", "", 0))
@@ -193,7 +200,9 @@ def _load_yaml(text: str, name: str) -> LoadedConfig:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         problem = getattr(exc, "problem", None) or str(exc)
-        loaded.issues.append(LoadIssue("syntax", f"not valid YAML: {problem}", "", mark.index if mark else None))
+        loaded.issues.append(
+            LoadIssue("syntax", f"not valid YAML: {problem}", "", mark.index if mark else None)
+        )
     return loaded
 
 
@@ -205,7 +214,44 @@ def _as_accelerate(loaded: LoadedConfig) -> LoadedConfig:
         loaded.accelerate = loaded.data
         usable = accelerate.uses_deepspeed(loaded.data) and accelerate.config_file(loaded.data) is None
         loaded.data = accelerate.built_config(loaded.data) if usable else None
+        return loaded
+    return _as_launcher_section(loaded)
+
+
+def _as_launcher_section(loaded: LoadedConfig) -> LoadedConfig:
+    """A launcher config that keeps the DeepSpeed config in a `deepspeed` mapping: SwissArmyTransformer's
+    YAML (THUDM/CogVideo sat/arguments.py `process_config_to_args`: args.deepspeed_config =
+    config["deepspeed"]) next to `args:` and `data:`. Read as a whole, every key looks unknown and the batch
+    size missing, which is not what DeepSpeed gets; so when the top level has no DeepSpeed key and the
+    `deepspeed` mapping has one, that mapping is the config."""
+    from zerotune.dsconfig import schema
+
+    data = loaded.data
+    if not (loaded.parsed and isinstance(data, dict) and isinstance(data.get("deepspeed"), dict)):
+        return loaded
+    top = set(schema.SECTIONS[""].keys)
+    if not top & set(data) and top & set(data["deepspeed"]):
+        loaded.section = "/deepspeed"
+        if not loaded.strict_json:
+            data = _omegaconf_yaml(loaded.text)
+        loaded.data = data["deepspeed"]
     return loaded
+
+
+# A float as OmegaConf's YAML loader resolves it (omry/omegaconf omegaconf/_utils.py `get_yaml_loader`): YAML
+# 1.1's rule plus an exponent without a dot (`1e-8`, `5e8`), which PyYAML alone leaves a string.
+_OMEGACONF_FLOAT = re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+)$")
+
+
+def _omegaconf_yaml(text: str) -> Any:
+    """The YAML as SwissArmyTransformer reads it (OmegaConf.load): `1e-8` is a float there."""
+    import yaml
+
+    class _Loader(yaml.SafeLoader):
+        pass
+
+    _Loader.add_implicit_resolver("tag:yaml.org,2002:float", _OMEGACONF_FLOAT, list("-+0123456789"))
+    return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
 
 
 def read_config(path: str | Path) -> dict[str, Any]:
@@ -236,7 +282,9 @@ def config_data(loaded: LoadedConfig) -> dict[str, Any]:
                 hint="run from the launch folder, or pass --config with that file's path",
             )
         kind = loaded.accelerate.get("distributed_type")
-        raise InputError(f"{path} is an accelerate config with distributed_type {kind}: it does not use DeepSpeed")
+        raise InputError(
+            f"{path} is an accelerate config with distributed_type {kind}: it does not use DeepSpeed"
+        )
     if not isinstance(loaded.data, dict):
         kind = type(loaded.data).__name__
         raise InputError(f"{path}: a DeepSpeed config must be a JSON object, got {kind}")

@@ -123,7 +123,9 @@ class DuplicateKey(_IssueRule):
 
     ## Why is this bad?
     DeepSpeed loads files with `object_pairs_hook=dict_raise_error_on_duplicate_keys` and refuses them;
-    `json.load` (HF) silently keeps the last value, so the two tools disagree.
+    `json.load` (HF) silently keeps the last value, so the two tools disagree. Under `--hf` it is a warning:
+    HF Trainer/accelerate read the file with `json.load` and hand DeepSpeed the dict, so the job starts
+    with the last value, and the file breaks only when launched without them.
 
     ## Example
     ```json
@@ -137,13 +139,32 @@ class DuplicateKey(_IssueRule):
 
     ## References
     - deepspeed/runtime/config_utils.py `dict_raise_error_on_duplicate_keys`
+    - huggingface/accelerate src/accelerate/utils/deepspeed.py `HfDeepSpeedConfig.__init__` (json.load)
     """
 
     code = "ZT004"
     name = "duplicate-key"
     severity = Severity.ERROR
-    message = "duplicate key `{detail}`: DeepSpeed refuses files with repeated keys"
+    message = "duplicate key `{detail}`: {outcome}"
     kind = "duplicate"
+
+    def check(self, ctx: Context) -> Iterator[Diagnostic]:
+        hf = ctx.options.hf
+        outcome = (
+            "HF/accelerate keep the last value (json.load); DeepSpeed alone refuses the file"
+            if hf
+            else "DeepSpeed refuses files with repeated keys"
+        )
+        for issue in ctx.loaded.issues:
+            if issue.kind == self.kind:
+                yield self.emit(
+                    ctx,
+                    issue.pointer,
+                    offset=issue.offset,
+                    severity=Severity.WARNING if hf else None,
+                    detail=issue.message.rstrip(","),
+                    outcome=outcome,
+                )
 
 
 class RootNotObject(Rule):
@@ -193,7 +214,10 @@ class AccelerateConfig(Rule):
     DeepSpeed config accelerate builds from its `deepspeed_config:` options (zero_stage, offload devices,
     gradient_accumulation_steps, gradient_clipping, mixed_precision), with the "auto" values accelerate
     fills. When the file names a `deepspeed_config_file`, that JSON is the DeepSpeed config: validate it
-    with `--hf`. When `distributed_type` is not DEEPSPEED, DeepSpeed is not used.
+    with `--hf`. When `distributed_type` is not DEEPSPEED, DeepSpeed is not used. Likewise a launcher YAML
+    that keeps the DeepSpeed config in a `deepspeed:` mapping next to its own keys (SwissArmyTransformer's
+    `args:`/`data:`/`deepspeed:` files, read with OmegaConf, where `1e-8` is a number) is checked as that
+    mapping.
 
     ## Why is this bad?
     It is not: it is information. Read as a DeepSpeed config, every launcher key (num_processes,
@@ -211,6 +235,7 @@ class AccelerateConfig(Rule):
 
     ## References
     - huggingface/accelerate src/accelerate/utils/dataclasses.py `DeepSpeedPlugin.__post_init__`
+    - THUDM/CogVideo sat/arguments.py `process_config_to_args` (args.deepspeed_config = config["deepspeed"])
     """
 
     code = "ZT006"
@@ -223,17 +248,27 @@ class AccelerateConfig(Rule):
 
         raw = ctx.loaded.accelerate
         if raw is None:
+            if ctx.loaded.section:
+                detail = (
+                    f"a launcher config (SwissArmyTransformer YAML): its `{ctx.loaded.section[1:]}` section is "
+                    "the DeepSpeed config, checked as such"
+                )
+                yield self.emit(ctx, "", detail=detail)
             return
         named = accelerate.config_file(raw)
         if not accelerate.uses_deepspeed(raw):
             kind = raw.get("distributed_type")
             detail = f"an HF accelerate config with distributed_type {kind}: DeepSpeed is not used, nothing to check"
         elif ctx.loaded.accelerate_path is not None:
-            detail = f"read through the accelerate config {ctx.loaded.accelerate_path} (its deepspeed_config_file)"
+            detail = (
+                f"read through the accelerate config {ctx.loaded.accelerate_path} (its deepspeed_config_file)"
+            )
         elif named is not None:
             detail = f"an HF accelerate config whose DeepSpeed config {named} is not found from here: run from the launch folder"
         else:
-            detail = "an HF accelerate config: checked as the DeepSpeed config accelerate builds from its options"
+            detail = (
+                "an HF accelerate config: checked as the DeepSpeed config accelerate builds from its options"
+            )
         yield self.emit(ctx, "", detail=detail)
 
 
@@ -268,4 +303,12 @@ class InternalError(Rule):
         return iter(())  # emitted by the runner (zerotune/lint/runner.py), never by itself
 
 
-RULES = (InternalError, SyntaxError_, HjsonOnlySyntax, UnquotedPlaceholder, DuplicateKey, RootNotObject, AccelerateConfig)
+RULES = (
+    InternalError,
+    SyntaxError_,
+    HjsonOnlySyntax,
+    UnquotedPlaceholder,
+    DuplicateKey,
+    RootNotObject,
+    AccelerateConfig,
+)

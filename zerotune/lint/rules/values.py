@@ -538,6 +538,15 @@ class UnsupportedOptimizer(Rule):
             raw.lower() in schema.DEEPSPEED_OPTIMIZERS or raw in schema.TORCH_OPTIMIZERS
         ):
             return
+        if ctx.loaded.section and isinstance(raw, str) and raw.startswith("sat."):
+            # SwissArmyTransformer imports a `sat.` type itself, passes it to deepspeed.initialize as the
+            # client optimizer and deletes the section (sat/training/deepspeed_training.py
+            # setup_model_untrainable_params_and_optimizer): DeepSpeed never reads this type.
+            detail = " (SwissArmyTransformer builds it and removes the section: DeepSpeed never sees it)"
+            yield self.emit(
+                ctx, "/optimizer/type", severity=Severity.INFO, value=schema._short(raw), detail=detail
+            )
+            return
         removed = isinstance(raw, str) and raw.lower() in schema.REMOVED_OPTIMIZERS
         detail = " (removed after DeepSpeed 0.16)" if removed else ""
         yield self.emit(ctx, "/optimizer/type", value=schema._short(raw), detail=detail)
