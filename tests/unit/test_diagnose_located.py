@@ -154,3 +154,26 @@ def test_an_integration_counts_only_where_it_raises() -> None:
         exception="ValueError: something in the engine",
     )
     assert diagnose(deeper).diagnosis.cause == "unclassified"
+
+
+FINAL = b"{'train_runtime': 1000.0, 'train_samples_per_second': 8.0, 'train_steps_per_second': 1.0, 'epoch': 1.0}\n"
+STEPS = b"{'loss': 2.1, 'learning_rate': 2e-05, 'epoch': 0.1}\n 10%|#  | 100/1000 [01:40<15:00,  1.00s/it]\n"
+
+
+@pytest.mark.parametrize(
+    "trace",
+    [
+        # a logger that could not connect, handled by the script (the exception type is in no family)
+        _stack((f"{SITE}/wandb/sdk/wandb_init.py", "init"), exception="wandb.errors.CommError: timed out"),
+        # frames of a known family without header or exception line (a warning's stack, a cut excerpt)
+        f'  File "{SITE}/deepspeed/runtime/engine.py", line 3, in save_checkpoint\n    call()\n'.encode(),
+    ],
+)
+def test_a_run_that_finished_after_a_traceback_did_not_fail_of_it(trace: bytes) -> None:
+    """HF Trainer's final metrics after every traceback of the log: the run finished, the traceback was
+    handled; the same traceback after them (a save that failed once training was done) is a failure."""
+    report = diagnose(STEPS + trace + STEPS + FINAL)
+    assert report.diagnosis.cause == "none" and report.exit_code == 0
+    assert "did not stop it" in report.diagnosis.explanation
+    after = diagnose(STEPS + FINAL + trace)
+    assert after.diagnosis.cause != "none" and after.exit_code == 1

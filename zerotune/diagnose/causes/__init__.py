@@ -82,11 +82,16 @@ def classify(scan: Scan, *, offload_configured: bool = False, judged: tuple[Diag
             line = diagnosis.line if diagnosis.line is not None else scan.lines + 1
             found.append((rule.consequence, line, index, diagnosis))
     if not found:
-        return Diagnosis(
-            cause="none",
-            title="No failure found",
-            explanation="The log shows no failure zerotune recognises.",
-        )
+        explanation = "The log shows no failure zerotune recognises."
+        done = stopped.finished_after(scan)
+        handled = scan.exceptions[0] if scan.exceptions else scan.last_frame
+        if done is not None and handled is not None:
+            what = "exception" if scan.exceptions else "traceback frame"
+            explanation += (
+                f" The {what} at log:{handled.number} did not stop it: the run finished after it "
+                f"(log:{done.number}, HF Trainer's final metrics)."
+            )
+        return Diagnosis(cause="none", title="No failure found", explanation=explanation)
     found.sort(key=lambda f: (f[0], f[1], f[2]))
     primary = found[0][3]
     by_line = sorted(found[1:], key=lambda f: (f[1], f[2]))

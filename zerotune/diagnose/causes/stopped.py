@@ -88,13 +88,28 @@ LOCATED_TEXT: dict[str, str] = {
 """What the failure's place says, per family of signals.frames."""
 
 
+def finished_after(scan: Scan) -> LogLine | None:
+    """HF Trainer's final metrics (`'train_runtime': ...`, logged once `train()` has returned:
+    transformers Trainer `_inner_training_loop`, `speed_metrics("train", ...)`) after every traceback,
+    exception, kill and non-zero exit in the log: the run finished, so an earlier traceback was handled
+    (a logger that failed to connect, a retried download) and is not the run's failure."""
+    done = scan.facts.get("train_runtime_s")
+    if done is None:
+        return None
+    problems = [k.line for k in scan.kills] + [e.line for e in scan.exits] + list(scan.exceptions)
+    problems += [line for line in (scan.last_exception, scan.last_frame) if line is not None]
+    if any(line.number > done.line.number for line in problems):
+        return None
+    return done.line
+
+
 def located(cause: CauseName) -> Callable[[Scan, bool], Diagnosis | None]:
     """A failed run no message explains, diagnosed by where it failed (signals.frames.located): the
     module of its deepest traceback frame of a known family, else its exception type."""
 
     def diagnose(scan: Scan, offload_configured: bool) -> Diagnosis | None:
         where = frames.located(scan)
-        if where is None or where.kind != cause:
+        if where is None or where.kind != cause or finished_after(scan) is not None:
             return None
         lines = [where.line] + scan.exceptions[:1]
         by = {"exception": "exception type", "raised": "raise site"}.get(str(where.value), "traceback frame")
@@ -116,7 +131,7 @@ def located(cause: CauseName) -> Callable[[Scan, bool], Diagnosis | None]:
 def unclassified(scan: Scan, offload_configured: bool) -> Diagnosis | None:
     """A failed run nothing above explains: an exception, a non-zero exit, a kill. Never "no failure"."""
     failed = [k.line for k in scan.kills] + [e.line for e in scan.exits]
-    if not (scan.tracebacks or scan.exceptions or failed or scan.last_frame):
+    if not (scan.tracebacks or scan.exceptions or failed or scan.last_frame) or finished_after(scan) is not None:
         return None
     decisive: list[LogLine] = []
     if scan.exceptions:
