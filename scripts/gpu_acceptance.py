@@ -2,6 +2,8 @@
 
     python scripts/gpu_acceptance.py                 # on the GPU machine (docs/gpu.md)
     python scripts/gpu_acceptance.py --budget 570    # stop before a step that might not fit; rerun to resume
+    python scripts/gpu_acceptance.py --budget 420 --step-limit 120 --only probe --only calibrate
+                                                     # a short lease: every step capped, some steps only
     python scripts/gpu_acceptance.py --dry --out D   # CPU rehearsal: gloo, recorded NVML, tiny shapes
 
 Steps, each a subprocess with its own time limit (its whole process group is killed at the limit, so
