@@ -254,6 +254,8 @@ def test_unknown_name_suggests_close_names() -> None:
         ("h100-pcie", ["8xh100-pcie"], "8xa100-pcie"),
         ("RTX 6000", ["8xrtx6000ada"], "8xa6000"),  # the RTX A6000 is another card
         ("rtx4090", ["4xrtx4090"], "8xrtx3090"),
+        ("dgx-h200", ["h200-node"], "dgx-h100"),  # the box word named no GPU: difflib offered the H100 box
+        ("8xh200", ["h200-node"], "dgx-h100"),
     ],
 )
 def test_a_gpu_name_suggests_the_profiles_of_that_gpu(

@@ -70,6 +70,10 @@ def load_profile(ref: str) -> HardwareProfile:
 
 
 _VENDOR_WORDS = frozenset({"nvidia", "geforce", "tesla"})
+_BOX_WORDS = frozenset({"dgx", "hgx", "node", "nodes", "server"})
+"""Words of a box, not of its GPU, that a user adds to the GPU's name (`dgx-h200`, `h200-node`)."""
+_COUNT = re.compile(r"^\d+x(?=[a-z])")
+"""A GPU count written before the GPU (`8xh200`, the catalog's own `8xh100-pcie`)."""
 
 
 def _gpu_words(text: str) -> list[str]:
@@ -78,11 +82,12 @@ def _gpu_words(text: str) -> list[str]:
 
 
 def profiles_with_gpu(ref: str) -> list[str]:
-    """Catalog profiles whose GPU a reference names (`a10g`, `h100-pcie`, `RTX 6000`, `rtx4090`): every word of
-    the reference is a word of the GPU's name, or two or three of its words run together. A user who types
+    """Catalog profiles whose GPU a reference names (`a10g`, `h100-pcie`, `RTX 6000`, `rtx4090`, `dgx-h200`,
+    `8xh200`): every word of the reference, box words and a GPU count left out, is a word of the GPU's name,
+    or two or three of its words run together. A user who types
     the GPU they have gets the profiles of that GPU, not the names that merely look alike (`a10g` is not
     `dgx-a100-80g`). Files that do not load are skipped: this only feeds a suggestion."""
-    wanted = _gpu_words(ref)
+    wanted = [_COUNT.sub("", w) for w in _gpu_words(ref) if w not in _BOX_WORDS]
     if not wanted:
         return []
     found = []
