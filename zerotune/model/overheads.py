@@ -262,11 +262,11 @@ def overheads(spec: OverheadSpec, model: ModelSpec, stage: int, ranks: int, moe_
     """The terms per layer; `moe_loop`: the job runs sparse-MoE blocks through HF's per-expert loop
     (`Workload.moe_impl`), whose launches `launch_weight` counts; `ranks`: the job's world size, which
     picks the per-step cost (`step_seconds`)."""
-    step_term, step_s = step_seconds(spec, ranks)
+    term, step_s = step_seconds(spec, ranks)
     used = [
         name
         for name, on in (
-            (step_term, True),
+            (term, True),
             ("per_micro_step_s", True),
             ("per_module_hook_s", stage == 3),
             ("per_param_grad_hook_s", stage in (1, 2)),
