@@ -77,6 +77,20 @@ def test_host_memory_rates_are_positive_and_above_the_mmap_threshold() -> None:
     assert rates["first_touch_Bps"] is None or 1e7 < rates["first_touch_Bps"] < 1e13
 
 
+def test_device_memory_rate_is_a_copy_of_bytes_read_plus_written(monkeypatch) -> None:
+    """The HBM figure counts a copy as bytes read plus bytes written, as the datasheets do: a fake clock
+    where every copy takes 1 ms gives 2 x size / 1 ms. Run on the CPU device (the code does not branch
+    on the device beyond its synchronize)."""
+    torch = pytest.importorskip("torch")
+    from zerotune.probe import compute
+
+    assert compute.DEVICE_MEMORY_BYTES >= 20 * 50 * 2**20  # 20x an H100's 50 MB L2: the copy streams from HBM
+    clock = iter(i * 1e-3 for i in range(10_000))
+    monkeypatch.setattr(compute.time, "perf_counter", lambda: next(clock))
+    rate = compute.measure_device_memory(torch, torch.device("cpu"), size_bytes=4 * 2**20, budget_s=0.0)
+    assert rate == {"hbm_Bps": pytest.approx(2 * 4 * 2**20 / 1e-3), "bytes": 4 * 2**20}
+
+
 def test_gpu_block_also_records_the_queued_rate(monkeypatch) -> None:
     """On a GPU the block is timed twice: synced after each call (the profile's rate) and
     QUEUED_CALLS calls back to back (recorded for the next GPU run to judge); on a CPU only once.

@@ -139,6 +139,19 @@ def test_gpu_profile_from_the_dgx_replay() -> None:
         datasheet=datasheet,
     )  # fmt: skip
     assert with_block.compute.mfu_assumption == pytest.approx(0.5)
+    # HBM bandwidth: the datasheet's until the probe measured a device copy, then the measurement
+    assert profile.gpu.hbm_bandwidth_Bps == datasheet.hbm_bandwidth_Bps == 3.35e12
+    measured = build_profile(
+        name="probe-dgx", date="2026-11-22", dtype="bf16", host=HOST, intra=intra, overlap=None, gpus=gpus,
+        compute={"shape": "s", "device_memory": {"hbm_Bps": 2.9e12, "bytes": 2**30}}, datasheet=datasheet,
+    )  # fmt: skip
+    assert measured.gpu.hbm_bandwidth_Bps == 2.9e12 and "HBM bandwidth measured" in measured.gpu.source
+    assert "HBM bandwidth measured" not in profile.gpu.source
+    rendered = io.StringIO()
+    for p in (profile, measured):
+        Console(file=rendered, width=160, color_system=None).print(view.host_table(p))
+    text = rendered.getvalue()
+    assert "3350.00 GB/s (datasheet)" in text and "2900.00 GB/s" in text and "2900.00 GB/s (" not in text
     assert profile.gpus_per_node == 8 and profile.gpu.name == "NVIDIA H100 80GB HBM3"
     assert profile.gpu.bf16_supported is True and profile.gpu.compute_capability == "9.0"
     assert profile.intra_node.kind == "nvlink4" and profile.intra_node.backend == "nccl"

@@ -1,5 +1,5 @@
 """Compute microbenchmarks run inside a probe rank: a transformer block's fwd+bwd, host<->device
-copies, CPU Adam, and a matmul loop for the compute/communication overlap test.
+copies, device memory bandwidth, CPU Adam, and a matmul loop for the compute/communication overlap test.
 
 The FLOP count and the shape choice are pure; the measurements take the `torch` module as their
 first argument (the worker imports it), so importing this module never imports torch.
@@ -200,6 +200,27 @@ def measure_copies(
         times = _timed(torch, device, fn, warmup=1, budget_s=budget_s / 3, max_iters=10)
         result[key] = size_bytes / statistics.median(times)
     return result
+
+
+DEVICE_MEMORY_BYTES = 1024 * MiB
+"""The device-memory benchmark's buffer: 1 GiB, 20x an H100's 50 MB L2 (NVIDIA H100 Tensor Core GPU
+Architecture whitepaper), so each copy streams through HBM."""
+
+
+def measure_device_memory(
+    torch: Any, device: Any, size_bytes: int = DEVICE_MEMORY_BYTES, budget_s: float = 1.0
+) -> dict[str, float]:
+    """The GPU's achieved memory bandwidth (B/s): a copy between two warm device buffers, bytes read
+    plus bytes written per second, the unit of the datasheet's HBM figure. The model prices the
+    optimizer step's passes and eager attention's score traffic at this rate
+    (zerotune/model/optimizer.py gpu_step, compute.py): a copy kernel reaches less than the
+    datasheet's peak, and the datasheet figure overstated the H200 run's step
+    (data/gpu/2026-11-28-NVIDIA-H200: DeepSpeed's step timers imply 3.3-4.1 TB/s against 4.8)."""
+    numel = size_bytes // 4
+    src = torch.ones(numel, dtype=torch.float32, device=device)
+    dst = torch.empty(numel, dtype=torch.float32, device=device)
+    times = _timed(torch, device, lambda: dst.copy_(src), warmup=2, budget_s=budget_s, max_iters=20)
+    return {"hbm_Bps": 2 * size_bytes / statistics.median(times), "bytes": size_bytes}
 
 
 HOST_MEMORY_BYTES = 2 * GLIBC_MMAP_THRESHOLD_MAX

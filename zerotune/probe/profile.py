@@ -126,8 +126,9 @@ def build_profile(
     notes: Sequence[str] = (),
     datasheet: GpuSpec | None = None,
 ) -> HardwareProfile:
-    """`datasheet`: the catalog's GpuSpec for the same GPU name, whose cited peaks and HBM
-    bandwidth the probe cannot measure; without one those stay null."""
+    """`datasheet`: the catalog's GpuSpec for the same GPU name, whose cited peaks the probe cannot
+    measure; without one those stay null. HBM bandwidth is the probe's own copy when it ran (a GPU
+    host), else the datasheet's."""
     source = source_text(date)
     first = gpus.devices[0] if gpus else None
     gpu = None
@@ -135,13 +136,17 @@ def build_profile(
         cc = first.compute_capability
         peaks = datasheet.model_dump(include={"peak_bf16_flops", "peak_fp16_flops", "peak_fp32_flops",
                                               "hbm_bandwidth_Bps"}) if datasheet else {}  # fmt: skip
+        hbm = ((compute or {}).get("device_memory") or {}).get("hbm_Bps")
+        if hbm:  # measured beats the datasheet's peak (zerotune/probe/compute.py measure_device_memory)
+            peaks["hbm_bandwidth_Bps"] = hbm
         gpu = GpuSpec(
             name=first.name,
             memory_bytes=first.memory_total_bytes,
             compute_capability=cc,
             bf16_supported=None if cc is None else float(cc) >= 8.0,
             source=f"NVML, driver {gpus.driver_version}"
-            + (f"; peaks from the catalog: {datasheet.source}" if datasheet else ""),
+            + (f"; peaks from the catalog: {datasheet.source}" if datasheet else "")
+            + ("; HBM bandwidth measured by the probe (a 1 GiB device copy)" if hbm else ""),
             **peaks,
         )
     copies = (compute or {}).get("copies", {})

@@ -182,7 +182,7 @@ def sweep(task: dict[str, Any], group: Any, device: Any, step: Any) -> dict[str,
 
 
 def compute_benchmarks(task: dict[str, Any], device: Any) -> dict[str, Any]:
-    """Block fwd+bwd, host<->device copies (GPU) or host memory rates (CPU), CPU Adam, with this
+    """Block fwd+bwd, host<->device copies and HBM bandwidth (GPU) or host memory rates (CPU), CPU Adam, with this
     process's torch threads."""
     shape = compute.BlockShape(**task["shape"])
     dtype = DTYPES[task["dtype"]]
@@ -192,6 +192,7 @@ def compute_benchmarks(task: dict[str, Any], device: Any) -> dict[str, Any]:
     result["block"] = {"dtype": task["dtype"], **block}
     if device.type == "cuda":
         result["copies"] = compute.measure_copies(torch, device, budget_s=budget)
+        result["device_memory"] = compute.measure_device_memory(torch, device, budget_s=budget)
     else:
         result["host_memory"] = compute.measure_host_memory(torch, budget_s=budget)
     result["adam"] = compute.measure_cpu_adam(torch, params=task["adam_params"], budget_s=budget)

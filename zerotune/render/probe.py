@@ -84,6 +84,10 @@ def host_table(profile: HardwareProfile) -> Table:
             _na(h.cpu_adam_params_per_s and h.cpu_adam_params_per_s / 1e6, "{:.0f} M params/s"),
         ),
     ]
+    if profile.gpu is not None:
+        measured = "HBM bandwidth measured" in (profile.gpu.source or "")
+        rows.append(("GPU memory copy (read+write)",
+                     f"{_gbps(profile.gpu.hbm_bandwidth_Bps)}{'' if measured else ' (datasheet)'}"))  # fmt: skip
     for dtype, flops in sorted(c.achieved_flops.items()):
         rows.append((f"block fwd+bwd {dtype}", f"{flops / 1e12:.3f} TFLOP/s"))
     if c.measured_shape:
