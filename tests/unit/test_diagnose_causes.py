@@ -560,3 +560,82 @@ def test_a_bar_at_zero_after_training_steps_is_not_a_start_up_hang() -> None:
     trained = " 50%|█████     | 600/1200 [40:00<40:00,  4.00s/it]\n{'loss': 1.23, 'learning_rate': 1e-05, 'epoch': 0.5}\n"
     evaluating = "  0%|          | 0/63 [00:00<?, ?it/s]\n"
     assert diagnose((started + trained + evaluating).encode()).diagnosis.cause == "none"
+
+
+# Round 8 (2026-11-28, h-logs3): forms diagnose missed on fresh logs, each checked here on a wording other
+# than the fixture's (another wrap column, another key, another checkpoint function, another transport).
+@pytest.mark.parametrize(
+    ("text", "cause"),
+    [
+        # torch's heartbeat monitor with its "ProcessGroupNCCL's" cut by the terminal's wrap
+        (
+            "[rank2]:[E301 09:00:00.1 ProcessGroupNCCL.cpp:1743] [PG ID 0 PG GUID 0(default_pg) Rank 2] Process\n"
+            "GroupNCCL's watchdog got stuck for 600 seconds without making progress in monitoring enqueued\n",
+            "hang",
+        ),
+        # transformers' mismatch header wrapped before "TrainingArguments", its row cut after the hf name
+        (
+            "ValueError: Please correct the following DeepSpeed config values that mismatch\n"
+            "TrainingArguments values:\n- ds train_micro_batch_size_per_gpu=8 vs hf per_device_train_batch_size\n",
+            "config_rejected",
+        ),
+        # accelerate refusing DeepSpeed keys in its config next to a deepspeed_config_file
+        (
+            "ValueError: When using `deepspeed_config_file`, the following accelerate config variables will be "
+            "ignored: ['gradient_accumulation_steps', 'zero_stage'].\n",
+            "config_rejected",
+        ),
+        # a traceback cut inside a function that loads a checkpoint (any *load*checkpoint* / *save*checkpoint*)
+        (
+            '  File "/opt/conda/lib/python3.10/site-packages/accelerate/big_modeling.py", line 613, in '
+            "load_checkpoint_and_dispatch\n"
+            '  File "/opt/conda/lib/python3.10/site-packages/accelerate/utils/modeling.py", line 1770, in '
+            "load_checkpoint_in_model\n",
+            "checkpoint",
+        ),
+        # "failed or timed out" is torch's line for both: an NCCL error after it is the failure
+        (
+            "[E ProcessGroupNCCL.cpp:456] Some NCCL operations have failed or timed out. Due to the asynchronous "
+            "nature of CUDA kernels, subsequent GPU operations might run on corrupted/incomplete data.\n"
+            "RuntimeError: NCCL error: remote process exited or there was a network error, NCCL version 2.18.1\n",
+            "nccl_error",
+        ),
+    ],
+)
+def test_forms_first_missed_in_round_8(text: str, cause: str) -> None:
+    report = diagnose(text.encode())
+    assert report.diagnosis.cause == cause
+    assert report.exit_code == 1 and report.fix is not None
+
+
+def test_a_timeout_line_alone_stays_a_timeout() -> None:
+    """Without an NCCL error in the log, torch's "failed or timed out" line is still read as a timeout."""
+    line = b"[E ProcessGroupNCCL.cpp:456] Some NCCL operations have failed or timed out. Due to the asynchronous\n"
+    assert diagnose(line).diagnosis.cause == "nccl_timeout"
+
+
+def test_a_log_ending_in_deepspeeds_activation_checkpointing_info_hung_at_start_up() -> None:
+    """DeepSpeed prints its activation-checkpointing settings once, at configure() (0.19.8
+    runtime/activation_checkpointing/checkpointing.py) or, in old releases, at the first checkpointed
+    forward: no step has finished. A log that stops there, with nothing after, hung before its first step;
+    with a step after it, it trained."""
+    info = (
+        "[2023-04-13 21:10:08,253] [INFO] [checkpointing.py:553:forward] Activation Checkpointing Information\n"
+        "[2023-04-13 21:10:08,254] [INFO] [checkpointing.py:561:forward] ----Profiling time in checkpointing False\n"
+    )
+    report = diagnose(info.encode())
+    assert report.diagnosis.cause == "hang" and report.exit_code == 1
+    step = "[2023-04-13 21:10:19,001] [INFO] [logging.py:96:log_dist] [Rank 0] step=10, skipped=0, lr=[1e-05]\n"
+    assert diagnose((info + step).encode()).diagnosis.cause == "none"
+
+
+def test_accelerates_ignored_keys_are_removed_from_the_accelerate_config() -> None:
+    text = (
+        "ValueError: When using `deepspeed_config_file`, the following accelerate config variables will be "
+        "ignored: ['gradient_clipping', 'offload_param_device'].\n"
+    )
+    fix = diagnose(text.encode()).fix
+    assert [c.key for c in fix.changes] == [
+        "(accelerate config) gradient_clipping",
+        "(accelerate config) offload_param_device",
+    ]

@@ -98,7 +98,8 @@ class CollectiveFailure:
     timeout_ms: int | None = None
     rank: int | None = None
     detail: str | None = None
-    """for an error, what NCCL said failed when it says: shm (its /dev/shm segment) or duplicate_gpu"""
+    """for an error, what NCCL said failed when it says: shm (its /dev/shm segment) or duplicate_gpu; for
+    a timeout, `either` when the line is torch's for an error or a timeout alike"""
 
 
 @dataclass

@@ -88,8 +88,9 @@ _HANG = (
     ("trace_cache", re.compile(r"Invalidate trace cache @ step \d+")),
     # torch's NCCL heartbeat monitor (ProcessGroupNCCL.cpp, torch >= 2.2): the watchdog thread itself
     # made no progress for TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC (default 480 s), so no collective could time
-    # out: the process is stuck in a CUDA/NCCL call or holds the GIL (hiyouga/LlamaFactory#6964)
-    ("watchdog_stuck", re.compile(r"ProcessGroupNCCL's watchdog got stuck for \d+ seconds")),
+    # out: the process is stuck in a CUDA/NCCL call or holds the GIL (hiyouga/LlamaFactory#6964). The phrase
+    # alone, not its "ProcessGroupNCCL's" subject: a terminal's wrap can cut that (om-ai-lab/VLM-R1#257)
+    ("watchdog_stuck", re.compile(r"watchdog got stuck for \d+ seconds")),
     (
         "barrier_timeout",
         re.compile(
@@ -108,7 +109,7 @@ LOOP_STARTING = re.compile(r"\b0/\d+ \[[\d:]+<\?, \?it/s\]")
 _INIT = re.compile(
     r"Using\s+\S+\s+as PyTorch extensions root|Loading extension module|Time to load \w+ op|Building extension module"
     r"|Initializing TorchBackend|Added key: store_based_barrier_key|NCCL INFO .*Init COMPLETE"
-    r"|DeepSpeed info: version=|Waiting for \w+|Rank \d+ is waiting"
+    r"|DeepSpeed info: version=|Waiting for \w+|Rank \d+ is waiting|Activation Checkpointing Information"
     r"|\[(?:INFO|WARNING)\] \[(?:partition_parameters|parameter_offload|engine|stage3|stage_1_and_2)\.py:\d+:(?!step\])"
     r"|" + LOOP_STARTING.pattern
 )
@@ -117,7 +118,10 @@ it, stopped while the job was starting (a hang at init: an op build lock, a rend
 Not the lines these modules log from the optimizer's `step` (ZeRO-3's "pytorch allocator cache flushes
 since last step" warning, `[WARNING] [stage3.py:2391:step]`): those come once per training step
 (DeepSpeedExamples#186, EasyContext#11). A tqdm bar at 0 with tqdm's unknown rate (`0/4887 [00:00<?,
-?it/s]`, printed before the first iteration ends) is the loop starting, not a step."""
+?it/s]`, printed before the first iteration ends) is the loop starting, not a step. DeepSpeed's
+"Activation Checkpointing Information" block comes once, before the first step ends: from configure()
+at 0.19.8 (runtime/activation_checkpointing/checkpointing.py), from the first checkpointed forward in
+older releases (THUDM/GLM#157, a multi-node run that stopped there overnight)."""
 
 
 def _hang(hit: Hit) -> None:
@@ -181,6 +185,7 @@ SIGNALS = (
             rb"DeepSpeed info",
             rb"Waiting for",
             rb"Rank \d+ is waiting",
+            rb"Activation Checkpointing Information",
             rb"<\?, \?it/s\]",
             rb"INFO\] \[(?:partition_parameters|parameter_offload|engine|stage3|stage_1_and_2)\.py:",
             rb"WARNING\] \[(?:partition_parameters|parameter_offload|engine|stage3|stage_1_and_2)\.py:",
