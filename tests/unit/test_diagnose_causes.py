@@ -639,3 +639,29 @@ def test_accelerates_ignored_keys_are_removed_from_the_accelerate_config() -> No
         "(accelerate config) gradient_clipping",
         "(accelerate config) offload_param_device",
     ]
+
+
+@pytest.mark.parametrize(
+    "loading",
+    [
+        # DeepSpeed 0.19.8's checkpoint engine (runtime/checkpoint_engine/torch_checkpoint_engine.py)
+        "[2025-03-02 10:01:00,000] [INFO] [torch_checkpoint_engine.py:36:load] [Torch] Begin Load checkpoint from "
+        "/ckpt/global_step500/zero_pp_rank_3_mp_rank_00_optim_states.pt...\n",
+        # DeepSpeed 0.10-0.14's wording (DeepSpeed#3938)
+        "[2023-07-25 00:37:49,180] [INFO] [torch_checkpoint_engine.py:27:load] [Torch] Loading checkpoint from "
+        "/ckpt/global_step10/bf16_zero_pp_rank_5_mp_rank_00_optim_states.pt...\n",
+    ],
+)
+def test_a_kill_while_deepspeed_loads_a_checkpoint_points_at_the_load(loading: str) -> None:
+    """Ranks killed with no Python error right after DeepSpeed began loading a checkpoint: host RAM ran
+    out while every rank read its optimizer-state file; the fix is the load, not the model's loading."""
+    kills = "[INFO] [launch.py:315:sigkill_handler] Killing subprocess 230\n" * 2
+    report = diagnose((loading + kills).encode())
+    assert report.diagnosis.cause == "host_oom"
+    assert "checkpoint" in report.diagnosis.explanation
+    assert "exit -9" not in report.diagnosis.explanation  # the log shows no exit code
+    assert report.fix.changes[0].key == "(script) load_checkpoint"
+    # after a step the load is over: the kill is not the load's
+    step = "[INFO] [logging.py:96:log_dist] [Rank 0] step=510, skipped=0, lr=[1e-05]\n"
+    later = diagnose((loading + step + kills).encode())
+    assert later.fix.changes[0].key != "(script) load_checkpoint"

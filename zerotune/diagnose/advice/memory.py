@@ -8,6 +8,7 @@ from zerotune.diagnose.advice.unchecked import EXACT, unchecked
 from zerotune.diagnose.explain import Job
 from zerotune.diagnose.records import Scan
 from zerotune.diagnose.report import Change, Diagnosis, FixOut
+from zerotune.diagnose.signals.memory import loading_checkpoint_at
 from zerotune.dsconfig.settings import resolve
 
 
@@ -106,7 +107,15 @@ def gpu_oom(d: Diagnosis, scan: Scan, job: Job) -> FixOut:
 
 def host_oom(d: Diagnosis, scan: Scan, job: Job) -> FixOut:
     z = resolve(job.config).zero if job.config is not None else None
-    if z is not None and z.offload_param.device == "cpu":
+    if d.line is not None and loading_checkpoint_at(scan, d.line) is not None:
+        change = Change(
+            key="(script) load_checkpoint",
+            old=None,
+            new="load_optimizer_states=False (weights only), or the ranks of a node loading in turn",
+            reason="each rank reads its optimizer-state file into host RAM at once; a resume that needs the "
+            "optimizer state needs that RAM (DeepSpeed#3938, the maintainer's suggestion)",
+        )
+    elif z is not None and z.offload_param.device == "cpu":
         change = Change(
             key="zero_optimization.offload_param.device",
             old="cpu",

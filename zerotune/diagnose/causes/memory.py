@@ -128,11 +128,22 @@ def host_killed(scan: Scan, offload_configured: bool) -> Diagnosis | None:
             "use: the kernel's OOM killer."
         )
     else:
+        how = (
+            "A rank was killed with SIGKILL (exit -9)."
+            if sigkill
+            else "The launcher ended the ranks with no Python error in the log: a rank was killed from outside."
+        )
         text = (
-            "A rank was killed with SIGKILL (exit -9). The log shows no memory figures, but SIGKILL from "
-            "outside is almost always the kernel's OOM killer (host RAM: model loading on every rank, "
-            "dataloader workers, offload); `dmesg` or the job scheduler's memory limit confirms it. A "
-            "scheduler preemption or a manual kill look the same."
+            f"{how} The log shows no memory figures, but a kill from outside is almost always the kernel's "
+            "OOM killer (host RAM: model loading on every rank, dataloader workers, offload); `dmesg` or the "
+            "job scheduler's memory limit confirms it. A scheduler preemption or a manual kill look the same."
+        )
+    load = memory.loading_checkpoint_at(scan, first_kill)
+    if load is not None:
+        lines.insert(0, load)
+        text += (
+            f" It came while DeepSpeed loaded a checkpoint (line {load.number}): every rank reads its own "
+            "optimizer-state file (fp32 master weights and moments) into host RAM at once."
         )
     if used is not None:
         text += f" DeepSpeed last reported host memory {used.value}% used (line {used.line.number})."
