@@ -665,3 +665,29 @@ def test_a_kill_while_deepspeed_loads_a_checkpoint_points_at_the_load(loading: s
     step = "[INFO] [logging.py:96:log_dist] [Rank 0] step=510, skipped=0, lr=[1e-05]\n"
     later = diagnose((loading + step + kills).encode())
     assert later.fix.changes[0].key != "(script) load_checkpoint"
+
+
+@pytest.mark.parametrize(
+    "death",
+    [
+        # DeepSpeed's launcher: Python's negative return code for a signal, 7 = SIGBUS
+        "[INFO] [launch.py:315:sigkill_handler] Killing subprocess 2420\n"
+        "[ERROR] [launch.py:324:sigkill_handler] ['/usr/bin/python', '-u', 'train.py', '--local_rank=1'] "
+        "exits with return code = -7\n",
+        # torch elastic's agent
+        "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -7) local_rank: 2 (pid: 94) of "
+        "binary: /usr/bin/python3\n",
+        # torch's own name for it, and a DataLoader worker's
+        "The worker fails with {0: ProcessFailure(local_rank=0, pid=54, exitcode=-7, error_file='<N/A>', "
+        "message='Signal 7 (SIGBUS) received by PID 54')}\n",
+        "ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient shared memory (shm).\n",
+    ],
+)
+def test_a_rank_dead_of_sigbus_ran_out_of_shared_memory(death: str) -> None:
+    """SIGBUS (exit -7) with no Python error: a write to a memory-mapped page that could not be backed,
+    in practice /dev/shm full (a container's 64 MB default; DeepSpeed#4002's maintainer and reporter),
+    not the OOM killer's SIGKILL: the fix is the container's shared memory, not the model's loading."""
+    report = diagnose(death.encode())
+    assert report.diagnosis.cause == "host_oom" and report.exit_code == 1
+    assert "SIGBUS" in report.diagnosis.explanation and "exit -9" not in report.diagnosis.explanation
+    assert report.fix.changes[0].key == "(container) /dev/shm"

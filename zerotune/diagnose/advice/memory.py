@@ -105,7 +105,23 @@ def gpu_oom(d: Diagnosis, scan: Scan, job: Job) -> FixOut:
     )
 
 
+def shm_change(reason: str) -> Change:
+    """A larger /dev/shm: a container's default (Docker: 64 MB) fills up (NVIDIA/nccl issue 525, the NCCL
+    maintainer's answer; DeepSpeed#4002, the DeepSpeed maintainer's --shm-size)."""
+    return Change(
+        key="(container) /dev/shm",
+        old=None,
+        new="larger (docker --shm-size or --ipc=host; Kubernetes: a memory emptyDir at /dev/shm)",
+        reason=reason,
+    )
+
+
 def host_oom(d: Diagnosis, scan: Scan, job: Job) -> FixOut:
+    if any(k.signal == 7 for k in scan.kills):
+        return unchecked(
+            [shm_change("a process died of SIGBUS writing to /dev/shm: it is full")],
+            "Shared memory, not host RAM: `df -h /dev/shm` in the container shows its size.",
+        )
     z = resolve(job.config).zero if job.config is not None else None
     if d.line is not None and loading_checkpoint_at(scan, d.line) is not None:
         change = Change(

@@ -101,6 +101,25 @@ def host_alloc(scan: Scan, offload_configured: bool) -> Diagnosis | None:
     )
 
 
+def host_shm(scan: Scan, offload_configured: bool) -> Diagnosis | None:
+    """A rank dead of SIGBUS: shared memory (/dev/shm) ran out, not the OOM killer."""
+    sigbus = [k for k in scan.kills if k.signal == 7]
+    if not sigbus:
+        return None
+    return Diagnosis(
+        cause="host_oom",
+        title="Shared memory (/dev/shm) exhausted (SIGBUS)",
+        explanation=(
+            "A process died of SIGBUS (exit -7, signal 7): it wrote to a memory-mapped page the system could "
+            "not back, which in a training job is /dev/shm running full. Containers get 64 MB by default "
+            "(Docker), and NCCL's intra-node buffers, DataLoader workers and checkpoint staging all use it; "
+            "the host's RAM may be far from full."
+        ),
+        evidence=evidence([k.line for k in sigbus]),
+        line=sigbus[0].line.number,
+    )
+
+
 def host_killed(scan: Scan, offload_configured: bool) -> Diagnosis | None:
     sigkill = [k for k in scan.kills if k.signal == 9]
     launcher = [k for k in scan.kills if k.signal is None]

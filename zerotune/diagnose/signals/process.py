@@ -51,8 +51,21 @@ def _failed(hit: Hit) -> None:
         hit.scan.add(hit.scan.exits, Event(hit.line, next(p for p in _FAILED if p in text)))
 
 
+_SIGBUS = re.compile(
+    r"(?:return code = |exitcode: |exitcode=|exitcode\s+:\s+)-7\b|Signal 7 \(SIGBUS\)|\bSIGBUS\b|\b[Bb]us error\b"
+)
+"""A process dead of SIGBUS: Python's return code -7 (DeepSpeed's launcher, torch elastic), torch's
+"Signal 7 (SIGBUS)", the shell's "Bus error", a DataLoader worker's "Unexpected bus error". A write to a
+memory-mapped page the system could not back: in these jobs /dev/shm full (a container's 64 MB default;
+NCCL's buffers, DataLoader workers, checkpoint staging use it: DeepSpeed#4002, where the maintainer's
+--shm-size fixed it, dlrover PR 1046)."""
+
+
 def _exit_code(hit: Hit) -> None:
-    """An exit code or signal number: -9, 137 (128 + 9) and 9 are SIGKILL."""
+    """An exit code or signal number: -9, 137 (128 + 9) and 9 are SIGKILL; SIGBUS is 7."""
+    if _SIGBUS.search(hit.line.text):
+        hit.scan.add(hit.scan.kills, Kill(hit.line, 7))
+        return
     m = _EXIT.search(hit.line.text)
     if m:
         found = next(g for g in m.groups() if g is not None)
@@ -202,6 +215,9 @@ SIGNALS = (
             rb"Sigkill",
             rb"Signal \d",
             rb"Kill",
+            rb"SIGBUS",
+            rb"Bus error",
+            rb"Unexpected bus error",  # a DataLoader worker's
         ),
         (_exit_code, _killed),
     ),
