@@ -160,10 +160,9 @@ def _host_memory_report(hit: Hit) -> None:
         hit.scan.facts["host_memory_used_percent"] = Fact(float(m.group(2)), hit.line)
 
 
-_CHECKPOINT_LOAD = re.compile(r"\[Torch\] (?:Begin Load|Loading) checkpoint from|loading \d+ zero partition checkpoints")
+_CHECKPOINT_LOAD = re.compile(r"\[Torch\] (?:Begin Load|Loading) checkpoint from")
 """DeepSpeed beginning to read a checkpoint file: its torch checkpoint engine (runtime/checkpoint_engine/
-torch_checkpoint_engine.py: "Begin Load checkpoint from" at 0.19.8, "Loading checkpoint from" before)
-and the engine's count of ZeRO partition files (runtime/engine.py `_load_zero_checkpoint`)."""
+torch_checkpoint_engine.py: "Begin Load checkpoint from" at 0.19.8, "Loading checkpoint from" before)."""
 
 
 def _checkpoint_load(hit: Hit) -> None:
@@ -259,7 +258,7 @@ SIGNALS = (
     Signal("host_memory", (rb"Kill", rb"CPU Virtual Memory"), (_kernel_oom_killer, _host_memory_report)),
     Signal(
         "checkpoint_load",
-        (rb"Load checkpoint from", rb"Loading checkpoint from", rb"zero partition checkpoints"),
+        (rb"Load checkpoint from", rb"Loading checkpoint from"),
         (_checkpoint_load,),
     ),
     Signal("memory_reports", (rb"Max_MA ",), (_memory_report,)),
