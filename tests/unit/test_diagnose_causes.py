@@ -691,3 +691,21 @@ def test_a_rank_dead_of_sigbus_ran_out_of_shared_memory(death: str) -> None:
     assert report.diagnosis.cause == "host_oom" and report.exit_code == 1
     assert "SIGBUS" in report.diagnosis.explanation and "exit -9" not in report.diagnosis.explanation
     assert report.fix.changes[0].key == "(container) /dev/shm"
+
+
+def test_nccls_cuda_out_of_memory_is_a_gpu_oom() -> None:
+    """NCCL reporting that its CUDA allocation failed (`Cuda failure 'out of memory'`, CUDA error 2 =
+    cudaErrorMemoryAllocation) is the GPU running out of memory, not a transport error: peft#1703's
+    70B QLoRA run died so in deepspeed.initialize's broadcast (the thread's own OOM log is in the corpus)."""
+    text = (
+        "[rank3]: torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL"
+        ".cpp:1970, unhandled cuda error (run with NCCL_DEBUG=INFO for details), NCCL version 2.20.5\n"
+        "[rank3]: ncclUnhandledCudaError: Call to CUDA function failed.\n"
+        "[rank3]: Last error:\n"
+        "[rank3]: Cuda failure 2 'out of memory'\n"
+    )
+    report = diagnose(text.encode())
+    assert report.diagnosis.cause == "gpu_oom" and report.exit_code == 1 and report.fix is not None
+    # an NCCL error with another CUDA failure stays an NCCL error
+    other = text.replace("'out of memory'", "'an illegal memory access was encountered'")
+    assert diagnose(other.encode()).diagnosis.cause == "nccl_error"

@@ -244,6 +244,9 @@ SIGNALS = (
             rb"CUBLAS_STATUS_",
             rb"Fail to create cublas",
             rb"Failed to create cublas",
+            # NCCL's own line for a failed CUDA call, alone after "Last error:" (`Cuda failure 2 'out of
+            # memory'`, 2 = cudaErrorMemoryAllocation): its allocation found the GPU full (peft#1703)
+            rb"Cuda failure",
         ),
         (_gpu_oom,),
     ),
