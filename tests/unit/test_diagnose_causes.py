@@ -709,3 +709,18 @@ def test_nccls_cuda_out_of_memory_is_a_gpu_oom() -> None:
     # an NCCL error with another CUDA failure stays an NCCL error
     other = text.replace("'out of memory'", "'an illegal memory access was encountered'")
     assert diagnose(other.encode()).diagnosis.cause == "nccl_error"
+
+
+def test_zero3s_parameter_summary_is_a_zero3_failure_without_its_exception_name() -> None:
+    """ZeRO-3's availability assertions print the parameter's ds_summary() dict as their message; with the
+    ranks interleaved the dict can land on a line of its own, away from "AssertionError" (Qwen-VL#103).
+    The dict with a status other than AVAILABLE is the failure by itself."""
+    text = (
+        ": {'id': 786, 'status': 'INFLIGHT', 'numel': 38603520, 'ds_numel': 38603520, 'shape': (50265, 768), "
+        "'ds_shape': (50265, 768), 'requires_grad': False, 'grad_shape': None, 'persist': False, "
+        "'active_sub_modules': {3}}\n"
+    )
+    report = diagnose(text.encode())
+    assert report.diagnosis.cause == "zero3_param" and report.exit_code == 1 and report.fix is not None
+    # a parameter that is available is no failure
+    assert diagnose(text.replace("'INFLIGHT'", "'AVAILABLE'").encode()).diagnosis.cause == "none"
