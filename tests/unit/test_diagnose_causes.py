@@ -560,3 +560,167 @@ def test_a_bar_at_zero_after_training_steps_is_not_a_start_up_hang() -> None:
     trained = " 50%|█████     | 600/1200 [40:00<40:00,  4.00s/it]\n{'loss': 1.23, 'learning_rate': 1e-05, 'epoch': 0.5}\n"
     evaluating = "  0%|          | 0/63 [00:00<?, ?it/s]\n"
     assert diagnose((started + trained + evaluating).encode()).diagnosis.cause == "none"
+
+
+# Round 8 (2026-11-28, h-logs3): forms diagnose missed on fresh logs, each checked here on a wording other
+# than the fixture's (another wrap column, another key, another checkpoint function, another transport).
+@pytest.mark.parametrize(
+    ("text", "cause"),
+    [
+        # torch's heartbeat monitor with its "ProcessGroupNCCL's" cut by the terminal's wrap
+        (
+            "[rank2]:[E301 09:00:00.1 ProcessGroupNCCL.cpp:1743] [PG ID 0 PG GUID 0(default_pg) Rank 2] Process\n"
+            "GroupNCCL's watchdog got stuck for 600 seconds without making progress in monitoring enqueued\n",
+            "hang",
+        ),
+        # transformers' mismatch header wrapped before "TrainingArguments", its row cut after the hf name
+        (
+            "ValueError: Please correct the following DeepSpeed config values that mismatch\n"
+            "TrainingArguments values:\n- ds train_micro_batch_size_per_gpu=8 vs hf per_device_train_batch_size\n",
+            "config_rejected",
+        ),
+        # accelerate refusing DeepSpeed keys in its config next to a deepspeed_config_file
+        (
+            "ValueError: When using `deepspeed_config_file`, the following accelerate config variables will be "
+            "ignored: ['gradient_accumulation_steps', 'zero_stage'].\n",
+            "config_rejected",
+        ),
+        # a traceback cut inside a function that loads a checkpoint (any *load*checkpoint* / *save*checkpoint*)
+        (
+            '  File "/opt/conda/lib/python3.10/site-packages/accelerate/big_modeling.py", line 613, in '
+            "load_checkpoint_and_dispatch\n"
+            '  File "/opt/conda/lib/python3.10/site-packages/accelerate/utils/modeling.py", line 1770, in '
+            "load_checkpoint_in_model\n",
+            "checkpoint",
+        ),
+        # "failed or timed out" is torch's line for both: an NCCL error after it is the failure
+        (
+            "[E ProcessGroupNCCL.cpp:456] Some NCCL operations have failed or timed out. Due to the asynchronous "
+            "nature of CUDA kernels, subsequent GPU operations might run on corrupted/incomplete data.\n"
+            "RuntimeError: NCCL error: remote process exited or there was a network error, NCCL version 2.18.1\n",
+            "nccl_error",
+        ),
+    ],
+)
+def test_forms_first_missed_in_round_8(text: str, cause: str) -> None:
+    report = diagnose(text.encode())
+    assert report.diagnosis.cause == cause
+    assert report.exit_code == 1 and report.fix is not None
+
+
+def test_a_timeout_line_alone_stays_a_timeout() -> None:
+    """Without an NCCL error in the log, torch's "failed or timed out" line is still read as a timeout."""
+    line = b"[E ProcessGroupNCCL.cpp:456] Some NCCL operations have failed or timed out. Due to the asynchronous\n"
+    assert diagnose(line).diagnosis.cause == "nccl_timeout"
+
+
+def test_a_log_ending_in_deepspeeds_activation_checkpointing_info_hung_at_start_up() -> None:
+    """DeepSpeed prints its activation-checkpointing settings once, at configure() (0.19.8
+    runtime/activation_checkpointing/checkpointing.py) or, in old releases, at the first checkpointed
+    forward: no step has finished. A log that stops there, with nothing after, hung before its first step;
+    with a step after it, it trained."""
+    info = (
+        "[2023-04-13 21:10:08,253] [INFO] [checkpointing.py:553:forward] Activation Checkpointing Information\n"
+        "[2023-04-13 21:10:08,254] [INFO] [checkpointing.py:561:forward] ----Profiling time in checkpointing False\n"
+    )
+    report = diagnose(info.encode())
+    assert report.diagnosis.cause == "hang" and report.exit_code == 1
+    step = "[2023-04-13 21:10:19,001] [INFO] [logging.py:96:log_dist] [Rank 0] step=10, skipped=0, lr=[1e-05]\n"
+    assert diagnose((info + step).encode()).diagnosis.cause == "none"
+
+
+def test_accelerates_ignored_keys_are_removed_from_the_accelerate_config() -> None:
+    text = (
+        "ValueError: When using `deepspeed_config_file`, the following accelerate config variables will be "
+        "ignored: ['gradient_clipping', 'offload_param_device'].\n"
+    )
+    fix = diagnose(text.encode()).fix
+    assert [c.key for c in fix.changes] == [
+        "(accelerate config) gradient_clipping",
+        "(accelerate config) offload_param_device",
+    ]
+
+
+@pytest.mark.parametrize(
+    "loading",
+    [
+        # DeepSpeed 0.19.8's checkpoint engine (runtime/checkpoint_engine/torch_checkpoint_engine.py)
+        "[2025-03-02 10:01:00,000] [INFO] [torch_checkpoint_engine.py:36:load] [Torch] Begin Load checkpoint from "
+        "/ckpt/global_step500/zero_pp_rank_3_mp_rank_00_optim_states.pt...\n",
+        # DeepSpeed 0.10-0.14's wording (DeepSpeed#3938)
+        "[2023-07-25 00:37:49,180] [INFO] [torch_checkpoint_engine.py:27:load] [Torch] Loading checkpoint from "
+        "/ckpt/global_step10/bf16_zero_pp_rank_5_mp_rank_00_optim_states.pt...\n",
+    ],
+)
+def test_a_kill_while_deepspeed_loads_a_checkpoint_points_at_the_load(loading: str) -> None:
+    """Ranks killed with no Python error right after DeepSpeed began loading a checkpoint: host RAM ran
+    out while every rank read its optimizer-state file; the fix is the load, not the model's loading."""
+    kills = "[INFO] [launch.py:315:sigkill_handler] Killing subprocess 230\n" * 2
+    report = diagnose((loading + kills).encode())
+    assert report.diagnosis.cause == "host_oom"
+    assert "checkpoint" in report.diagnosis.explanation
+    assert "exit -9" not in report.diagnosis.explanation  # the log shows no exit code
+    assert report.fix.changes[0].key == "(script) load_checkpoint"
+    # after a step the load is over: the kill is not the load's
+    step = "[INFO] [logging.py:96:log_dist] [Rank 0] step=510, skipped=0, lr=[1e-05]\n"
+    later = diagnose((loading + step + kills).encode())
+    assert later.fix.changes[0].key != "(script) load_checkpoint"
+
+
+@pytest.mark.parametrize(
+    "death",
+    [
+        # DeepSpeed's launcher: Python's negative return code for a signal, 7 = SIGBUS
+        "[INFO] [launch.py:315:sigkill_handler] Killing subprocess 2420\n"
+        "[ERROR] [launch.py:324:sigkill_handler] ['/usr/bin/python', '-u', 'train.py', '--local_rank=1'] "
+        "exits with return code = -7\n",
+        # torch elastic's agent
+        "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -7) local_rank: 2 (pid: 94) of "
+        "binary: /usr/bin/python3\n",
+        # torch's own name for it, and a DataLoader worker's
+        "The worker fails with {0: ProcessFailure(local_rank=0, pid=54, exitcode=-7, error_file='<N/A>', "
+        "message='Signal 7 (SIGBUS) received by PID 54')}\n",
+        "ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient shared memory (shm).\n",
+    ],
+)
+def test_a_rank_dead_of_sigbus_ran_out_of_shared_memory(death: str) -> None:
+    """SIGBUS (exit -7) with no Python error: a write to a memory-mapped page that could not be backed,
+    in practice /dev/shm full (a container's 64 MB default; DeepSpeed#4002's maintainer and reporter),
+    not the OOM killer's SIGKILL: the fix is the container's shared memory, not the model's loading."""
+    report = diagnose(death.encode())
+    assert report.diagnosis.cause == "host_oom" and report.exit_code == 1
+    assert "SIGBUS" in report.diagnosis.explanation and "exit -9" not in report.diagnosis.explanation
+    assert report.fix.changes[0].key == "(container) /dev/shm"
+
+
+def test_nccls_cuda_out_of_memory_is_a_gpu_oom() -> None:
+    """NCCL reporting that its CUDA allocation failed (`Cuda failure 'out of memory'`, CUDA error 2 =
+    cudaErrorMemoryAllocation) is the GPU running out of memory, not a transport error: peft#1703's
+    70B QLoRA run died so in deepspeed.initialize's broadcast (the thread's own OOM log is in the corpus)."""
+    text = (
+        "[rank3]: torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL"
+        ".cpp:1970, unhandled cuda error (run with NCCL_DEBUG=INFO for details), NCCL version 2.20.5\n"
+        "[rank3]: ncclUnhandledCudaError: Call to CUDA function failed.\n"
+        "[rank3]: Last error:\n"
+        "[rank3]: Cuda failure 2 'out of memory'\n"
+    )
+    report = diagnose(text.encode())
+    assert report.diagnosis.cause == "gpu_oom" and report.exit_code == 1 and report.fix is not None
+    # an NCCL error with another CUDA failure stays an NCCL error
+    other = text.replace("'out of memory'", "'an illegal memory access was encountered'")
+    assert diagnose(other.encode()).diagnosis.cause == "nccl_error"
+
+
+def test_zero3s_parameter_summary_is_a_zero3_failure_without_its_exception_name() -> None:
+    """ZeRO-3's availability assertions print the parameter's ds_summary() dict as their message; with the
+    ranks interleaved the dict can land on a line of its own, away from "AssertionError" (Qwen-VL#103).
+    The dict with a status other than AVAILABLE is the failure by itself."""
+    text = (
+        ": {'id': 786, 'status': 'INFLIGHT', 'numel': 38603520, 'ds_numel': 38603520, 'shape': (50265, 768), "
+        "'ds_shape': (50265, 768), 'requires_grad': False, 'grad_shape': None, 'persist': False, "
+        "'active_sub_modules': {3}}\n"
+    )
+    report = diagnose(text.encode())
+    assert report.diagnosis.cause == "zero3_param" and report.exit_code == 1 and report.fix is not None
+    # a parameter that is available is no failure
+    assert diagnose(text.replace("'INFLIGHT'", "'AVAILABLE'").encode()).diagnosis.cause == "none"

@@ -98,7 +98,8 @@ class CollectiveFailure:
     timeout_ms: int | None = None
     rank: int | None = None
     detail: str | None = None
-    """for an error, what NCCL said failed when it says: shm (its /dev/shm segment) or duplicate_gpu"""
+    """for an error, what NCCL said failed when it says: shm (its /dev/shm segment) or duplicate_gpu; for
+    a timeout, `either` when the line is torch's for an error or a timeout alike"""
 
 
 @dataclass
@@ -169,6 +170,8 @@ class Scan:
     version_errors: list[LogLine] = field(default_factory=list)
     offload_hints: list[LogLine] = field(default_factory=list)
     host_memory: list[LogLine] = field(default_factory=list)
+    checkpoint_load: LogLine | None = None
+    """the latest line where DeepSpeed's checkpoint engine began reading a checkpoint file"""
     memory_reports: list[MemoryReport] = field(default_factory=list)
     tracebacks: int = 0
     last_exception: LogLine | None = None

@@ -8,6 +8,7 @@ from zerotune.diagnose.advice.unchecked import EXACT, unchecked
 from zerotune.diagnose.explain import Job
 from zerotune.diagnose.records import Scan
 from zerotune.diagnose.report import Change, Diagnosis, FixOut
+from zerotune.diagnose.signals.memory import loading_checkpoint_at
 from zerotune.dsconfig.settings import resolve
 
 
@@ -104,9 +105,33 @@ def gpu_oom(d: Diagnosis, scan: Scan, job: Job) -> FixOut:
     )
 
 
+def shm_change(reason: str) -> Change:
+    """A larger /dev/shm: a container's default (Docker: 64 MB) fills up (NVIDIA/nccl issue 525, the NCCL
+    maintainer's answer; DeepSpeed#4002, the DeepSpeed maintainer's --shm-size)."""
+    return Change(
+        key="(container) /dev/shm",
+        old=None,
+        new="larger (docker --shm-size or --ipc=host; Kubernetes: a memory emptyDir at /dev/shm)",
+        reason=reason,
+    )
+
+
 def host_oom(d: Diagnosis, scan: Scan, job: Job) -> FixOut:
+    if any(k.signal == 7 for k in scan.kills):
+        return unchecked(
+            [shm_change("a process died of SIGBUS writing to /dev/shm: it is full")],
+            "Shared memory, not host RAM: `df -h /dev/shm` in the container shows its size.",
+        )
     z = resolve(job.config).zero if job.config is not None else None
-    if z is not None and z.offload_param.device == "cpu":
+    if d.line is not None and loading_checkpoint_at(scan, d.line) is not None:
+        change = Change(
+            key="(script) load_checkpoint",
+            old=None,
+            new="load_optimizer_states=False (weights only), or the ranks of a node loading in turn",
+            reason="each rank reads its optimizer-state file into host RAM at once; a resume that needs the "
+            "optimizer state needs that RAM (DeepSpeed#3938, the maintainer's suggestion)",
+        )
+    elif z is not None and z.offload_param.device == "cpu":
         change = Change(
             key="zero_optimization.offload_param.device",
             old="cpu",

@@ -3,6 +3,7 @@ where ranks wait, the exposed timer; and the unrecognised failure's pointer to i
 
 from __future__ import annotations
 
+from zerotune.diagnose.advice.memory import shm_change
 from zerotune.diagnose.advice.unchecked import unchecked
 from zerotune.diagnose.explain import Job
 from zerotune.diagnose.records import Scan
@@ -64,17 +65,9 @@ def _socket_slow(d: Diagnosis, scan: Scan, job: Job) -> FixOut:
 def nccl_error(d: Diagnosis, scan: Scan, job: Job) -> FixOut:
     details = {c.detail for c in scan.collectives if c.kind == "error"}
     if "shm" in details:
-        # NCCL keeps intra-node buffers in /dev/shm; a container's default (Docker: 64 MB) fills up
-        # (NVIDIA/nccl issue 525, the NCCL maintainer's answer; NCCL_SHM_DISABLE in NCCL's env docs)
+        # NCCL keeps intra-node buffers in /dev/shm (NCCL_SHM_DISABLE in NCCL's env docs)
         return unchecked(
-            [
-                Change(
-                    key="(container) /dev/shm",
-                    old=None,
-                    new="larger (docker --shm-size or --ipc=host; Kubernetes: a memory emptyDir at /dev/shm)",
-                    reason="NCCL could not create its shared-memory segment: /dev/shm is full",
-                )
-            ],
+            [shm_change("NCCL could not create its shared-memory segment: /dev/shm is full")],
             "Remove stale nccl-* files from /dev/shm; NCCL_SHM_DISABLE=1 works around it at some speed cost.",
         )
     if "duplicate_gpu" in details:

@@ -7,6 +7,7 @@ from zerotune.diagnose.advice.unchecked import unchecked
 from zerotune.diagnose.explain import Job
 from zerotune.diagnose.records import Scan
 from zerotune.diagnose.report import Change, Diagnosis, FixOut
+from zerotune.diagnose.signals.config import ACCELERATE_PLUGIN
 from zerotune.diagnose.signals.memory import unset_swapper
 
 
@@ -24,6 +25,17 @@ def config_rejected(d: Diagnosis, scan: Scan, job: Job) -> FixOut:
                 )
             )
         return unchecked(changes, 'Set the mismatching keys to "auto" (or make them equal to the command line).')
+    if rej is not None and rej.model == ACCELERATE_PLUGIN:
+        for f in rej.fields:
+            changes.append(
+                Change(
+                    key=f"(accelerate config) {f.field}",
+                    old="set",
+                    new="removed",
+                    reason="the deepspeed_config_file sets it: accelerate refuses it in both places",
+                )
+            )
+        return unchecked(changes, "Keep the DeepSpeed settings in the DeepSpeed config file only.")
     values = {f.field: f.value for f in rej.fields} if rej else {}
     if "world_size" in values and all(
         values.get(k) for k in ("train_micro_batch_size_per_gpu", "gradient_accumulation_steps")

@@ -50,6 +50,7 @@ CAUSES: tuple[CauseRule, ...] = (
     CauseRule("fp16_overflow", ("fp16",), training.fp16_overflow),
     CauseRule("nccl_desync", ("fingerprints", "collectives"), collectives.nccl_desync),
     CauseRule("host_oom", ("cpu_alloc_failures",), memory.host_alloc),
+    CauseRule("host_oom", ("kills",), memory.host_shm),
     CauseRule("host_oom", ("kills",), memory.host_killed, consequence=True),
     CauseRule("nccl_timeout", ("collectives",), collectives.nccl_timeout, consequence=True),
     CauseRule("nccl_error", ("collectives",), collectives.nccl_error, consequence=True),

@@ -61,6 +61,8 @@ def nccl_desync(scan: Scan, offload_configured: bool) -> Diagnosis | None:
 
 def nccl_timeout(scan: Scan, offload_configured: bool) -> Diagnosis | None:
     timeouts = [c for c in scan.collectives if c.kind == "timeout"]
+    if any(c.kind == "error" for c in scan.collectives):
+        timeouts = [c for c in timeouts if c.detail != "either"]  # torch's line for both: the error failed
     if not timeouts:
         return None
     c = next((t for t in timeouts if t.op), timeouts[0])

@@ -101,6 +101,25 @@ def host_alloc(scan: Scan, offload_configured: bool) -> Diagnosis | None:
     )
 
 
+def host_shm(scan: Scan, offload_configured: bool) -> Diagnosis | None:
+    """A rank dead of SIGBUS: shared memory (/dev/shm) ran out, not the OOM killer."""
+    sigbus = [k for k in scan.kills if k.signal == 7]
+    if not sigbus:
+        return None
+    return Diagnosis(
+        cause="host_oom",
+        title="Shared memory (/dev/shm) exhausted (SIGBUS)",
+        explanation=(
+            "A process died of SIGBUS (exit -7, signal 7): it wrote to a memory-mapped page the system could "
+            "not back, which in a training job is /dev/shm running full. Containers get 64 MB by default "
+            "(Docker), and NCCL's intra-node buffers, DataLoader workers and checkpoint staging all use it; "
+            "the host's RAM may be far from full."
+        ),
+        evidence=evidence([k.line for k in sigbus]),
+        line=sigbus[0].line.number,
+    )
+
+
 def host_killed(scan: Scan, offload_configured: bool) -> Diagnosis | None:
     sigkill = [k for k in scan.kills if k.signal == 9]
     launcher = [k for k in scan.kills if k.signal is None]
@@ -128,11 +147,22 @@ def host_killed(scan: Scan, offload_configured: bool) -> Diagnosis | None:
             "use: the kernel's OOM killer."
         )
     else:
+        how = (
+            "A rank was killed with SIGKILL (exit -9)."
+            if sigkill
+            else "The launcher ended the ranks with no Python error in the log: a rank was killed from outside."
+        )
         text = (
-            "A rank was killed with SIGKILL (exit -9). The log shows no memory figures, but SIGKILL from "
-            "outside is almost always the kernel's OOM killer (host RAM: model loading on every rank, "
-            "dataloader workers, offload); `dmesg` or the job scheduler's memory limit confirms it. A "
-            "scheduler preemption or a manual kill look the same."
+            f"{how} The log shows no memory figures, but a kill from outside is almost always the kernel's "
+            "OOM killer (host RAM: model loading on every rank, dataloader workers, offload); `dmesg` or the "
+            "job scheduler's memory limit confirms it. A scheduler preemption or a manual kill look the same."
+        )
+    load = memory.loading_checkpoint_at(scan, first_kill)
+    if load is not None:
+        lines.insert(0, load)
+        text += (
+            f" It came while DeepSpeed loaded a checkpoint (line {load.number}): every rank reads its own "
+            "optimizer-state file (fp32 master weights and moments) into host RAM at once."
         )
     if used is not None:
         text += f" DeepSpeed last reported host memory {used.value}% used (line {used.line.number})."

@@ -106,6 +106,12 @@ def config_rejected(scan: Scan, offload_configured: bool) -> Diagnosis | None:
             f"HF Trainer refused the DeepSpeed config: {keys} disagree with TrainingArguments. "
             'Set these keys to "auto" so the Trainer fills them, or make them equal to the command line.'
         )
+    elif rej.model == config.ACCELERATE_PLUGIN:
+        text = (
+            f"accelerate refused its own config's DeepSpeed settings ({keys}) next to a deepspeed_config_file: "
+            "the DeepSpeed config file alone sets them. Remove them from the accelerate config (a stale default "
+            "one in the cache, ~/.cache/huggingface/accelerate, is the usual source)."
+        )
     else:
         text = f"DeepSpeed's config parser ({rej.model}) rejected {keys}."
     return Diagnosis(

@@ -68,7 +68,11 @@ def _config_dump(hit: Hit) -> None:
 _VALIDATION = re.compile(r"(\d+) validation errors? for (\w+)")
 _FIELD_LINE = re.compile(r"^([A-Za-z_]\w*(?:(?: -> |\.)[\w]+)*)\s*$")
 _INPUT_VALUE = re.compile(r"input_value=([^,\]]+)")
-_HF_ROW = re.compile(r"^(?:-\s+)?ds\s+(\S+?)=(.*?)\s+vs\s+hf\s+(.+?)=(.*)$")
+_HF_ROW = re.compile(r"^(?:-\s+)?ds\s+(\S+?)=(.*?)\s+vs\s+hf\s+([^=]+?)(?:=(.*))?$")
+"""A row; its hf side may be cut after the argument's name (a post that ends mid-row, LlamaFactory#201)."""
+_HF_HEADER = "Please correct the following DeepSpeed config values that mismatch"
+"""transformers' message (integrations/deepspeed.py trainer_config_finalize); the terminal may wrap it
+before its last words, "TrainingArguments values:" (LlamaFactory#201)."""
 
 
 @dataclass
@@ -132,11 +136,11 @@ class _HfRows:
         text = line.text.strip()
         m = _HF_ROW.match(text)
         if m:
-            self.rejection.fields.append(FieldError(m.group(1), f"hf {m.group(3)}={m.group(4)}", m.group(2)))
+            self.rejection.fields.append(_hf_field(m))
         if (
             text.startswith("The easiest method")
             or self.budget <= 1
-            or (m is None and text and not text.startswith("-"))
+            or (m is None and text and not text.startswith(("-", "TrainingArguments values")))
         ):
             return False
         self.budget -= 1
@@ -146,15 +150,20 @@ class _HfRows:
         pass
 
 
+def _hf_field(m: re.Match[str]) -> FieldError:
+    hf = m.group(3) if m.group(4) is None else f"{m.group(3)}={m.group(4)}"
+    return FieldError(m.group(1), f"hf {hf}", m.group(2))
+
+
 def _hf_mismatch(hit: Hit) -> None:
     """The mismatch message and its rows; rows pasted without the message line (it is often cut
     off, or wrapped into the traceback) are the same rejection."""
     text = hit.line.text.strip()
-    if "mismatch TrainingArguments" in text:
+    if "mismatch TrainingArguments" in text or _HF_HEADER in text:
         rej = Rejection(hit.line, "hf_mismatch", model="TrainingArguments")
     elif (m := _HF_ROW.match(text)) is not None:
         rej = Rejection(hit.line, "hf_mismatch", model="TrainingArguments")
-        rej.fields.append(FieldError(m.group(1), f"hf {m.group(3)}={m.group(4)}", m.group(2)))
+        rej.fields.append(_hf_field(m))
     else:
         return
     hit.scan.add(hit.scan.rejections, rej)
@@ -227,6 +236,27 @@ def _deepspeed_config_error(hit: Hit) -> None:
             hit.line, "assert", model="DeepSpeedConfig", fields=[FieldError("", hit.line.text.strip())]
         )
         hit.scan.add(hit.scan.rejections, rej)
+
+
+_ACCELERATE_IGNORED = re.compile(r"When using `deepspeed_config_file`, the following accelerate config variables will be ignored:\s*\[([^\]]*)\]")
+ACCELERATE_PLUGIN = "DeepSpeedPlugin"
+"""accelerate's DeepSpeed plugin (accelerate/utils/dataclasses.py DeepSpeedPlugin.__post_init__, since
+accelerate PR 941) refuses DeepSpeed settings in the accelerate config (gradient_accumulation_steps,
+zero_stage, offload devices, mixed_precision, ...) next to a `deepspeed_config_file`: the file alone sets
+them (yuvalkirstain/PickScore#2, a stale default accelerate config left in the cache)."""
+
+
+def _accelerate_ignored(hit: Hit) -> None:
+    """accelerate's refusal, its list of keys possibly wrapped over the next lines."""
+    if "deepspeed_config_file" not in hit.line.text:
+        return
+    m = _ACCELERATE_IGNORED.search(hit.wrapped(1024))
+    if m is None:
+        return
+    keys = [k.strip(" '\"") for k in m.group(1).split(",") if k.strip(" '\"")]
+    message = "set in the deepspeed_config_file; accelerate refuses it in its own config too"
+    rej = Rejection(hit.line, "assert", model=ACCELERATE_PLUGIN, fields=[FieldError(k, message) for k in keys])
+    hit.scan.add(hit.scan.rejections, rej)
 
 
 _FRACTION = re.compile(
@@ -353,8 +383,9 @@ SIGNALS = (
             rb"ZeRO-2 and ZeRO-3 are incompatible",
             rb"MoE is not supported",
             rb"ValueError",
+            rb"`deepspeed_config_file`",  # accelerate's DeepSpeedPlugin refusal (its ValueError may be cut)
         ),
-        (_pydantic, _hf_mismatch, _batch_assert, _deepspeed_config_error, _fraction),
+        (_pydantic, _hf_mismatch, _batch_assert, _deepspeed_config_error, _fraction, _accelerate_ignored),
     ),
     Signal(
         "version_errors",

@@ -27,12 +27,15 @@ _FRAME = re.compile(
 )
 
 CHECKPOINT_FUNCTIONS = (
-    r"load_checkpoint|_load_checkpoint|_load_zero_checkpoint|save_checkpoint|_save_checkpoint"
-    r"|_save_zero_checkpoint|save_16bit_model|_load_from_checkpoint|load_state_dict_from_zero_checkpoint"
-    r"|_load_optimizer_and_scheduler|_load_rng_state|get_fp32_state_dict_from_zero_checkpoint"
-    r"|convert_zero_checkpoint_to_fp32_state_dict"
+    r"\w*(?:load|save)\w*_checkpoint\w*|save_16bit_model|_load_optimizer_and_scheduler|_load_rng_state"
+    r"|get_fp32_state_dict_from_zero_checkpoint|convert_zero_checkpoint_to_fp32_state_dict"
 )
-"""DeepSpeed's engine and zero_to_fp32 (0.19.8) and transformers' Trainer functions that save or load."""
+"""Functions that save or load a checkpoint: any whose name says it loads or saves one (DeepSpeed's engine
+`load_checkpoint`, `_load_zero_checkpoint`, `save_checkpoint`; transformers' `_load_from_checkpoint` and
+integrations/deepspeed.py `deepspeed_load_checkpoint`, LlamaFactory#8098; accelerate's
+`load_checkpoint_in_model`), and those of zero_to_fp32 and the Trainer that do without saying so (0.19.8,
+transformers 4.5x). Activation checkpointing's functions (`checkpoint`, `CheckpointFunction.forward`)
+neither load nor save."""
 
 FAMILIES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     (cause, re.compile(pattern))

@@ -160,6 +160,28 @@ def _host_memory_report(hit: Hit) -> None:
         hit.scan.facts["host_memory_used_percent"] = Fact(float(m.group(2)), hit.line)
 
 
+_CHECKPOINT_LOAD = re.compile(r"\[Torch\] (?:Begin Load|Loading) checkpoint from")
+"""DeepSpeed beginning to read a checkpoint file: its torch checkpoint engine (runtime/checkpoint_engine/
+torch_checkpoint_engine.py: "Begin Load checkpoint from" at 0.19.8, "Loading checkpoint from" before)."""
+
+
+def _checkpoint_load(hit: Hit) -> None:
+    if _CHECKPOINT_LOAD.search(hit.line.text):
+        hit.scan.checkpoint_load = hit.line
+
+
+def loading_checkpoint_at(scan: Scan, line: int) -> LogLine | None:
+    """The checkpoint load under way at `line`: DeepSpeed began reading a checkpoint before it and no
+    training step came between (each rank reads its own optimizer-state file into host RAM, fp32 master
+    weights and moments, before moving it to the GPU: DeepSpeed#3938)."""
+    load = scan.checkpoint_load
+    if load is None or load.number > line:
+        return None
+    if scan.progress_line is not None and load.number < scan.progress_line.number < line:
+        return None
+    return load
+
+
 def _cpu_alloc(hit: Hit) -> None:
     text = hit.line.text
     if "DefaultCPUAllocator" in text and hit.says("can't allocate", "not enough memory"):
@@ -222,6 +244,9 @@ SIGNALS = (
             rb"CUBLAS_STATUS_",
             rb"Fail to create cublas",
             rb"Failed to create cublas",
+            # NCCL's own line for a failed CUDA call, alone after "Last error:" (`Cuda failure 2 'out of
+            # memory'`, 2 = cudaErrorMemoryAllocation): its allocation found the GPU full (peft#1703)
+            rb"Cuda failure",
         ),
         (_gpu_oom,),
     ),
@@ -234,5 +259,10 @@ SIGNALS = (
         "cpu_alloc_failures", (rb"DefaultCPUAllocator", rb"MemoryError", rb"bad_alloc"), (_cpu_alloc,)
     ),
     Signal("host_memory", (rb"Kill", rb"CPU Virtual Memory"), (_kernel_oom_killer, _host_memory_report)),
+    Signal(
+        "checkpoint_load",
+        (rb"Load checkpoint from", rb"Loading checkpoint from"),
+        (_checkpoint_load,),
+    ),
     Signal("memory_reports", (rb"Max_MA ",), (_memory_report,)),
 )

@@ -17,6 +17,11 @@ _RANK_IN_TEXT = re.compile(r"\[(?:PG [^\]]*?)?Rank (\d+)\]|\brank[ =:](\d+)\b", 
 _FINGERPRINT = re.compile(r"Rank (\d+)\] Running collective: CollectiveFingerPrint\(SequenceNumber=(\d+)")
 
 
+EITHER = ("Exception (either an error or timeout)", "Some NCCL operations have failed or timed out")
+"""torch's ProcessGroupNCCL lines for a collective that failed or timed out alike: read as a timeout
+unless the log shows an NCCL error (then that error is what failed: an InfiniBand completion error,
+DeepSpeed#2931)."""
+
 MAX_WARNINGS = 5
 """NCCL WARN lines kept (a few show what failed; they must not crowd timeouts out of the bounded list)."""
 
@@ -45,12 +50,10 @@ def _failure(hit: Hit) -> None:
         s.add(s.collectives, failure)
     elif (t := re.search(r"Timeout at NCCL work: (\d+)", text)) is not None:
         s.add(s.collectives, CollectiveFailure(hit.line, "timeout", seq=int(t.group(1)), rank=rank))
-    elif hit.says(
-        "Exception (either an error or timeout)",
-        "collective operation timeout",
-        "Some NCCL operations have failed or timed out",
-    ):
+    elif hit.says("collective operation timeout"):
         s.add(s.collectives, CollectiveFailure(hit.line, "timeout", rank=rank))
+    elif hit.says(*EITHER):
+        s.add(s.collectives, CollectiveFailure(hit.line, "timeout", rank=rank, detail="either"))
     elif (shm := re.search(r"NCCL WARN .*(?:posix_fallocate|shared memory segment)", text)) or re.search(
         r"NCCL error|nccl\w+Error|NCCL communicator was aborted|DistNetworkError|Duplicate GPU detected", text
     ):

@@ -51,8 +51,21 @@ def _failed(hit: Hit) -> None:
         hit.scan.add(hit.scan.exits, Event(hit.line, next(p for p in _FAILED if p in text)))
 
 
+_SIGBUS = re.compile(
+    r"(?:return code = |exitcode: |exitcode=|exitcode\s+:\s+)-7\b|Signal 7 \(SIGBUS\)|\bSIGBUS\b|\b[Bb]us error\b"
+)
+"""A process dead of SIGBUS: Python's return code -7 (DeepSpeed's launcher, torch elastic), torch's
+"Signal 7 (SIGBUS)", the shell's "Bus error", a DataLoader worker's "Unexpected bus error". A write to a
+memory-mapped page the system could not back: in these jobs /dev/shm full (a container's 64 MB default;
+NCCL's buffers, DataLoader workers, checkpoint staging use it: DeepSpeed#4002, where the maintainer's
+--shm-size fixed it, dlrover PR 1046)."""
+
+
 def _exit_code(hit: Hit) -> None:
-    """An exit code or signal number: -9, 137 (128 + 9) and 9 are SIGKILL."""
+    """An exit code or signal number: -9, 137 (128 + 9) and 9 are SIGKILL; SIGBUS is 7."""
+    if _SIGBUS.search(hit.line.text):
+        hit.scan.add(hit.scan.kills, Kill(hit.line, 7))
+        return
     m = _EXIT.search(hit.line.text)
     if m:
         found = next(g for g in m.groups() if g is not None)
@@ -88,8 +101,9 @@ _HANG = (
     ("trace_cache", re.compile(r"Invalidate trace cache @ step \d+")),
     # torch's NCCL heartbeat monitor (ProcessGroupNCCL.cpp, torch >= 2.2): the watchdog thread itself
     # made no progress for TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC (default 480 s), so no collective could time
-    # out: the process is stuck in a CUDA/NCCL call or holds the GIL (hiyouga/LlamaFactory#6964)
-    ("watchdog_stuck", re.compile(r"ProcessGroupNCCL's watchdog got stuck for \d+ seconds")),
+    # out: the process is stuck in a CUDA/NCCL call or holds the GIL (hiyouga/LlamaFactory#6964). The phrase
+    # alone, not its "ProcessGroupNCCL's" subject: a terminal's wrap can cut that (om-ai-lab/VLM-R1#257)
+    ("watchdog_stuck", re.compile(r"watchdog got stuck for \d+ seconds")),
     (
         "barrier_timeout",
         re.compile(
@@ -108,7 +122,7 @@ LOOP_STARTING = re.compile(r"\b0/\d+ \[[\d:]+<\?, \?it/s\]")
 _INIT = re.compile(
     r"Using\s+\S+\s+as PyTorch extensions root|Loading extension module|Time to load \w+ op|Building extension module"
     r"|Initializing TorchBackend|Added key: store_based_barrier_key|NCCL INFO .*Init COMPLETE"
-    r"|DeepSpeed info: version=|Waiting for \w+|Rank \d+ is waiting"
+    r"|DeepSpeed info: version=|Waiting for \w+|Rank \d+ is waiting|Activation Checkpointing Information"
     r"|\[(?:INFO|WARNING)\] \[(?:partition_parameters|parameter_offload|engine|stage3|stage_1_and_2)\.py:\d+:(?!step\])"
     r"|" + LOOP_STARTING.pattern
 )
@@ -117,7 +131,10 @@ it, stopped while the job was starting (a hang at init: an op build lock, a rend
 Not the lines these modules log from the optimizer's `step` (ZeRO-3's "pytorch allocator cache flushes
 since last step" warning, `[WARNING] [stage3.py:2391:step]`): those come once per training step
 (DeepSpeedExamples#186, EasyContext#11). A tqdm bar at 0 with tqdm's unknown rate (`0/4887 [00:00<?,
-?it/s]`, printed before the first iteration ends) is the loop starting, not a step."""
+?it/s]`, printed before the first iteration ends) is the loop starting, not a step. DeepSpeed's
+"Activation Checkpointing Information" block comes once, before the first step ends: from configure()
+at 0.19.8 (runtime/activation_checkpointing/checkpointing.py), from the first checkpointed forward in
+older releases (THUDM/GLM#157, a multi-node run that stopped there overnight)."""
 
 
 def _hang(hit: Hit) -> None:
@@ -181,6 +198,7 @@ SIGNALS = (
             rb"DeepSpeed info",
             rb"Waiting for",
             rb"Rank \d+ is waiting",
+            rb"Activation Checkpointing Information",
             rb"<\?, \?it/s\]",
             rb"INFO\] \[(?:partition_parameters|parameter_offload|engine|stage3|stage_1_and_2)\.py:",
             rb"WARNING\] \[(?:partition_parameters|parameter_offload|engine|stage3|stage_1_and_2)\.py:",
@@ -197,6 +215,9 @@ SIGNALS = (
             rb"Sigkill",
             rb"Signal \d",
             rb"Kill",
+            rb"SIGBUS",
+            rb"Bus error",
+            rb"Unexpected bus error",  # a DataLoader worker's
         ),
         (_exit_code, _killed),
     ),
