@@ -114,6 +114,14 @@ def _ape(pred: float, meas: float) -> float:
     return abs(pred / meas - 1) * 100
 
 
+def _tput_ape(pred_s: float, meas_s: float) -> float:
+    """Throughput error in percent from step times: |predicted tokens/s / measured - 1|, the issue's
+    metric and the one loso.py and published.py report (tput_error). Step-time error differs from it
+    where the miss is large (a step predicted 2x too long is -50% throughput, +100% step time); this
+    script reported step-time error under the throughput label until 2026-11-28."""
+    return abs(meas_s / pred_s - 1) * 100
+
+
 def source_rows(runs: list[Any]) -> dict[str, Any] | None:
     """Calibrate on each run in turn, predict the others: the pairs' errors, before and after."""
     obs = [o for o in (observation(r) for r in runs) if o is not None]
@@ -128,8 +136,8 @@ def source_rows(runs: list[Any]) -> dict[str, Any] | None:
             row: dict[str, Any] = {"calibrated_on": cal.label, "predicted": held.label, "differs": differs(cal, held)}
             step = held.step()
             if step is not None and cal.step() is not None:
-                row["tput_before_pct"] = _ape(predict(held, held_base).step_time_s, step.value)
-                row["tput_after_pct"] = _ape(predict(held, fitted).step_time_s, step.value)
+                row["tput_before_pct"] = _tput_ape(predict(held, held_base).step_time_s, step.value)
+                row["tput_after_pct"] = _tput_ape(predict(held, fitted).step_time_s, step.value)
             mem = held.measured.peak_bytes
             if mem is not None and cal.measured.peak_bytes is not None and held.measured.peak_kind == cal.measured.peak_kind:
                 row["memory_kind"] = held.measured.peak_kind
@@ -162,7 +170,7 @@ def source_rows(runs: list[Any]) -> dict[str, Any] | None:
         row = {"predicted": held.label}
         step = held.step()
         if step is not None and any(o.step() is not None for o in others):
-            row["tput_after_pct"] = _ape(predict(held, fitted).step_time_s, step.value)
+            row["tput_after_pct"] = _tput_ape(predict(held, fitted).step_time_s, step.value)
         mem = held.measured.peak_bytes
         if mem is not None and sum(o.measured.peak_bytes is not None for o in others) >= 2:
             row["memory_kind"] = held.measured.peak_kind
