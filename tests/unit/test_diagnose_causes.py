@@ -792,3 +792,19 @@ def test_zero3_allocator_cache_flushes_are_a_slow_step(warning: str) -> None:
     assert report.diagnosis.cause == "slow" and report.exit_code == 1 and report.fix is not None
     assert "cache flushes" in report.diagnosis.title
     assert diagnose((warning + OOM).encode()).diagnosis.cause == "gpu_oom"
+
+
+def test_a_failed_run_after_torchs_old_compiler_warning_is_an_op_build() -> None:
+    """torch warns "Your compiler (c++ 4.8.5) may be ABI-incompatible with PyTorch!" before building an op with a
+    GCC older than 5; a run that then fails with nothing else named failed in that build (DeepSpeed#1435, read as
+    unclassified). The warning alone, or with GCC >= 5, or a run that trains on, is not."""
+    warning = "Your compiler (c++ 4.6.3) may be ABI-incompatible with PyTorch!\n"
+    failed = "subprocess.CalledProcessError: Command '['python', '-u', 'train.py', '--local_rank=1']' returned non-zero exit status 1.\n"
+    report = diagnose((warning + failed).encode())
+    assert report.diagnosis.cause == "op_build" and "GCC 5" in report.diagnosis.title
+    assert report.fix is not None and "4.6.3" in str(report.fix.changes[0].old)
+    assert diagnose(warning.encode()).diagnosis.cause == "none"
+    newer = "Your compiler (g++ 9.4.0) may be ABI-incompatible with PyTorch!\n"
+    assert diagnose((newer + failed).encode()).diagnosis.cause == "unclassified"
+    named = "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 15.00 GiB total capacity)\n"
+    assert diagnose((warning + named).encode()).diagnosis.cause == "gpu_oom"
