@@ -651,3 +651,17 @@ def test_the_old_throughput_field_is_named_as_read() -> None:
         "CurrSamplesPerSec=159.6, MemAllocated=1.75GB, MaxMemAllocated=2.6GB\n"
     )
     assert new.samples_per_s is not None and new.samples_per_s.source.endswith("DeepSpeed CurrSamplesPerSec")
+
+
+def test_a_run_under_memory_pressure_says_so() -> None:
+    """ZeRO-3's allocator cache flushes slow the steps a --from-log fit is made from: the measurement says so
+    (DeepSpeedExamples#186's log gave its SamplesPerSec with no word of the flushes after it)."""
+    text = (
+        "[2022-07-13 21:09:08,702] [INFO] [timer.py:193:stop] 0/50, SamplesPerSec=8.5, MemAllocated=0.9GB, MaxMemAllocated=12.7GB\n"
+        "[2022-07-13 21:09:13,651] [WARNING] [stage3.py:2391:step] 3 pytorch allocator cache flushes since last step. "
+        "this happens when there is high memory pressure and is detrimental to performance. If you are unable to make "
+        "the cache flushes go away consider adding torch.cuda.empty_cache() calls in your training loop\n"
+    )
+    found = measured_text(text)
+    assert any("3 PyTorch allocator cache flushes" in n for n in found.notes)
+    assert measured_text(text.splitlines(keepends=True)[0]).notes == ()

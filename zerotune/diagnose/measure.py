@@ -119,6 +119,13 @@ def from_scan(scan: Scan) -> Measured:
         per_it = _median(scan, "s_per_it")
         if per_it is not None:
             step = Figure(per_it.value, f"{per_it.source}: tqdm s/it")
+    if scan.cache_flushes and (step is not None or samples is not None):
+        count = f"{scan.cache_flush_count} " if scan.cache_flush_count else ""
+        notes.append(
+            f"log:{scan.cache_flushes[0].number} reports {count}PyTorch allocator cache flushes (ZeRO-3 under memory "
+            "pressure): the measured steps include the allocator's free-and-retry stalls, which the fit puts into "
+            "the profile's per-step overheads"
+        )
     facts = scan.facts
     if step is None and samples is None:
         runtime, rate = facts.get("train_runtime_s"), facts.get("train_steps_per_s")
