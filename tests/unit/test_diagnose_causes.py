@@ -808,3 +808,21 @@ def test_a_failed_run_after_torchs_old_compiler_warning_is_an_op_build() -> None
     assert diagnose((newer + failed).encode()).diagnosis.cause == "unclassified"
     named = "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 15.00 GiB total capacity)\n"
     assert diagnose((warning + named).encode()).diagnosis.cause == "gpu_oom"
+
+
+def test_the_ascend_runtimes_own_solution_joins_the_fix() -> None:
+    """CANN's structured errors end in a `Solution:` line (LlamaFactory#3839: "Wait for 10s after killing the last
+    training process"); the fix quotes it when it sits under the failure, not when it is far from it."""
+    hccl = (
+        "RuntimeError: [ERROR] HCCL error in: torch_npu/csrc/distributed/ProcessGroupHCCL.cpp:64\n"
+        "[ERROR] 2025-01-02-10:00:00 (PID:1, Device:0, RankID:0) ERR02200 DIST call hccl api failed.\n"
+        "EJ0002: 2025-01-02-10:00:00.000.001 Some HCCL resource is busy. Reason: another job holds the device.\n"
+        "        Solution: Stop the other job on this device and retry.\n"
+    )
+    report = diagnose(hccl.encode())
+    assert report.fix is not None and "Stop the other job on this device and retry." in report.fix.text
+    assert "EJ0002" in report.fix.text
+    far = hccl.replace("EJ0002", "EZ9999") + "".join(f"step {i}\n" for i in range(20)) + (
+        "EJ0002: 2025-01-02-10:05:00.000.001 unrelated.\n        Solution: Something else.\n"
+    )
+    assert "Something else." not in diagnose(far.encode()).fix.text  # type: ignore[union-attr]

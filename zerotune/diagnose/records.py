@@ -194,6 +194,8 @@ class Scan:
     build_errors: list[Event] = field(default_factory=list)
     """a DeepSpeed op that failed to build or load (value: the op's name when the line gives it)"""
     client_optimizer: list[LogLine] = field(default_factory=list)
+    vendor_solutions: list[tuple[str, LogLine]] = field(default_factory=list)
+    """Ascend CANN's structured errors (`EJ0001: ...`, `Possible Cause:`, `Solution: ...`): (code, the Solution line)"""
     old_compiler: tuple[str, LogLine] | None = None
     """torch.utils.cpp_extension's warning that the C++ compiler is older than GCC 5: (compiler, line)"""
     frame_causes: list[Event] = field(default_factory=list)
