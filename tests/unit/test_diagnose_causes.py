@@ -826,3 +826,16 @@ def test_the_ascend_runtimes_own_solution_joins_the_fix() -> None:
         "EJ0002: 2025-01-02-10:05:00.000.001 unrelated.\n        Solution: Something else.\n"
     )
     assert "Something else." not in diagnose(far.encode()).fix.text  # type: ignore[union-attr]
+
+
+def test_ncclsocket_init_line_is_the_socket_transport_but_not_on_one_node() -> None:
+    """`NET/Socket : Using [0]bond0:...` is printed only when NCCL's socket transport was chosen (AReaL#639:
+    read as no failure); a run the launcher shows on one node sends nothing over it."""
+    line = "host1:100:100 [0] NCCL INFO NET/Socket : Using [0]bond0:10.0.0.2<0>\n"
+    assert diagnose(line.encode()).diagnosis.cause == "slow"
+    one_node = "[2024-01-01 10:00:00,000] [INFO] [launch.py:138:main] nnodes=1, num_local_procs=8, node_rank=0\n"
+    assert diagnose((one_node + line).encode()).diagnosis.cause == "none"
+    no_ib = "host1:100:100 [0] NCCL INFO NET/IB : No device found.\n"
+    assert diagnose((one_node + no_ib).encode()).diagnosis.cause == "none"
+    two_nodes = one_node.replace("nnodes=1", "nnodes=2")
+    assert diagnose((two_nodes + no_ib).encode()).diagnosis.cause == "slow"
