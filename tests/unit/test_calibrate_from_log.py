@@ -25,6 +25,10 @@ from zerotune.units import GiB
 LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
 
 
+def measured_text(text: str) -> Measured:
+    return from_scan(scan_stream(io.BytesIO(text.encode())))
+
+
 def measured(path: Path) -> Measured:
     with path.open("rb") as stream:
         return from_scan(scan_stream(stream))
@@ -635,3 +639,29 @@ def test_a_bench_log_says_which_optimizer_its_ranks_ran(tmp_path) -> None:
     fused.write_text("ZEROTUNE BENCH JOB " + json.dumps(job) + "\n" + rest)
     (obs,) = observations([str(fused)], None, none, profile, [])
     assert not obs.workload.torch_optimizer
+
+
+def test_the_old_throughput_field_is_named_as_read() -> None:
+    """DeepSpeed before 0.6 printed `SamplesPerSec=`, a running mean since the timer's start step, not the
+    per-step CurrSamplesPerSec: the figure says which it read (it said CurrSamplesPerSec for both)."""
+    old = measured_text("[2021-11-26 03:07:16,494] [INFO] [timer.py:181:stop] 0/2000, SamplesPerSec=9.526738918021234\n")
+    assert old.samples_per_s is not None and "SamplesPerSec (running mean" in old.samples_per_s.source
+    new = measured_text(
+        "[2022-12-20 08:26:26,101] [INFO] [timer.py:197:stop] 0/17, RunningAvgSamplesPerSec=158.3, "
+        "CurrSamplesPerSec=159.6, MemAllocated=1.75GB, MaxMemAllocated=2.6GB\n"
+    )
+    assert new.samples_per_s is not None and new.samples_per_s.source.endswith("DeepSpeed CurrSamplesPerSec")
+
+
+def test_a_run_under_memory_pressure_says_so() -> None:
+    """ZeRO-3's allocator cache flushes slow the steps a --from-log fit is made from: the measurement says so
+    (DeepSpeedExamples#186's log gave its SamplesPerSec with no word of the flushes after it)."""
+    text = (
+        "[2022-07-13 21:09:08,702] [INFO] [timer.py:193:stop] 0/50, SamplesPerSec=8.5, MemAllocated=0.9GB, MaxMemAllocated=12.7GB\n"
+        "[2022-07-13 21:09:13,651] [WARNING] [stage3.py:2391:step] 3 pytorch allocator cache flushes since last step. "
+        "this happens when there is high memory pressure and is detrimental to performance. If you are unable to make "
+        "the cache flushes go away consider adding torch.cuda.empty_cache() calls in your training loop\n"
+    )
+    found = measured_text(text)
+    assert any("3 PyTorch allocator cache flushes" in n for n in found.notes)
+    assert measured_text(text.splitlines(keepends=True)[0]).notes == ()

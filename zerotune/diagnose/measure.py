@@ -11,7 +11,9 @@ Step time, in order of trust:
 1. DeepSpeed's wall_clock_breakdown: fwd + bwd + step of one optimizer step (it sums the micro-steps);
    it also splits the step: the `step` timer is the optimizer, `bwd_allreduce` the gradient reduction
    left after the backward compute;
-2. DeepSpeed's ThroughputTimer CurrSamplesPerSec (train batch / the step's elapsed time);
+2. DeepSpeed's ThroughputTimer CurrSamplesPerSec (train batch / the step's elapsed time), or before 0.6
+   its SamplesPerSec (the running mean since the timer's start step: deepspeed/utils/timer.py
+   avg_samples_per_sec at 0.5);
 3. tqdm's seconds per iteration (HF Trainer: one iteration is one optimizer step);
 4. HF Trainer's final train_runtime / steps (includes start-up, evaluation and saving: the least exact).
 """
@@ -109,11 +111,21 @@ def from_scan(scan: Scan) -> Measured:
         allreduce = Figure(reduce.value / 1000, reduce.source) if reduce is not None else None
     samples = _median(scan, "samples_per_s")
     if samples is not None:
-        samples = Figure(samples.value, f"{samples.source}: DeepSpeed CurrSamplesPerSec")
+        first = (scan.series_lines.get("samples_per_s") or [None])[0]
+        old = first is not None and "CurrSamplesPerSec=" not in first.text
+        field_read = "SamplesPerSec (running mean, DeepSpeed < 0.6)" if old else "CurrSamplesPerSec"
+        samples = Figure(samples.value, f"{samples.source}: DeepSpeed {field_read}")
     if step is None and samples is None:
         per_it = _median(scan, "s_per_it")
         if per_it is not None:
             step = Figure(per_it.value, f"{per_it.source}: tqdm s/it")
+    if scan.cache_flushes and (step is not None or samples is not None):
+        count = f"{scan.cache_flush_count} " if scan.cache_flush_count else ""
+        notes.append(
+            f"log:{scan.cache_flushes[0].number} reports {count}PyTorch allocator cache flushes (ZeRO-3 under memory "
+            "pressure): the measured steps include the allocator's free-and-retry stalls, which the fit puts into "
+            "the profile's per-step overheads"
+        )
     facts = scan.facts
     if step is None and samples is None:
         runtime, rate = facts.get("train_runtime_s"), facts.get("train_steps_per_s")

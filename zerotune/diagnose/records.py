@@ -170,6 +170,10 @@ class Scan:
     version_errors: list[LogLine] = field(default_factory=list)
     offload_hints: list[LogLine] = field(default_factory=list)
     host_memory: list[LogLine] = field(default_factory=list)
+    cache_flushes: list[LogLine] = field(default_factory=list)
+    """ZeRO-3's warning of PyTorch allocator cache flushes since the last step (GPU memory pressure)"""
+    cache_flush_count: int = 0
+    """the flushes those warnings report, summed"""
     checkpoint_load: LogLine | None = None
     """the latest line where DeepSpeed's checkpoint engine began reading a checkpoint file"""
     memory_reports: list[MemoryReport] = field(default_factory=list)
@@ -182,11 +186,18 @@ class Scan:
     fp16: list[Event] = field(default_factory=list)
     """loss-scale events: at_minimum, overflow (value: the scale it reduced to), nan_loss"""
     fp16_overflows: int = 0
+    skipped_steps: tuple[int, int, LogLine] | None = None
+    """DeepSpeed's latest `step=N, skipped=M` line (the engine's log_dist every steps_per_print): optimizer
+    steps taken and those the fp16 loss scaler skipped, and the line"""
     checkpoint_errors: list[Event] = field(default_factory=list)
     zero3_errors: list[Event] = field(default_factory=list)
     build_errors: list[Event] = field(default_factory=list)
     """a DeepSpeed op that failed to build or load (value: the op's name when the line gives it)"""
     client_optimizer: list[LogLine] = field(default_factory=list)
+    vendor_solutions: list[tuple[str, LogLine]] = field(default_factory=list)
+    """Ascend CANN's structured errors (`EJ0001: ...`, `Possible Cause:`, `Solution: ...`): (code, the Solution line)"""
+    old_compiler: tuple[str, LogLine] | None = None
+    """torch.utils.cpp_extension's warning that the C++ compiler is older than GCC 5: (compiler, line)"""
     frame_causes: list[Event] = field(default_factory=list)
     """the cause family of traceback frames (value "frame"), of an exception raised in code of a family
     (value "raised") and of exception types (value "exception"),

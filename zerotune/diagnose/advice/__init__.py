@@ -38,9 +38,24 @@ ADVICE: dict[str, Callable[[Diagnosis, Scan, Job], FixOut]] = {
 """One entry per cause but `none`."""
 
 
+VENDOR_NEAR = 10
+"""Lines after the diagnosis's first evidence line within which a runtime's own `Solution:` belongs to it
+(CANN prints its code, reason and solution right under the failing call: 2-4 lines in LlamaFactory#3839, #5322)."""
+
+
 def advise(d: Diagnosis, scan: Scan, job: Job) -> FixOut | None:
     entry = ADVICE.get(d.cause)
-    return None if entry is None else entry(d, scan, job)
+    fix = None if entry is None else entry(d, scan, job)
+    first = min((e.line for e in d.evidence), default=None)
+    near = [
+        (code, line)
+        for code, line in scan.vendor_solutions
+        if first is not None and first <= line.number <= first + VENDOR_NEAR
+    ]
+    if fix is not None and near:
+        code, line = near[0]
+        fix.text += f" The Ascend runtime's own advice (CANN {code}, log:{line.number}): {line.text.strip()}"
+    return fix
 
 
 def apply_changes(config: dict[str, Any], changes: list[Change]) -> dict[str, Any] | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from zerotune.diagnose.advice.memory import shm_change
 from zerotune.diagnose.advice.unchecked import unchecked
+from zerotune.diagnose.causes.memory import CACHE_FLUSH_TITLE
 from zerotune.diagnose.explain import Job
 from zerotune.diagnose.records import Scan
 from zerotune.diagnose.report import Change, Diagnosis, FixOut
@@ -117,9 +118,33 @@ def hang(d: Diagnosis, scan: Scan, job: Job) -> FixOut:
     return unchecked([change], "No error to fix in the config: find where the ranks wait first.")
 
 
+def _cache_flush_slow(d: Diagnosis, scan: Scan, job: Job) -> FixOut:
+    return unchecked(
+        [
+            Change(
+                key="(memory) the step's peak",
+                old="at the GPU's capacity",
+                new="below it",
+                reason="a smaller micro-batch or sequence, activation checkpointing, or offload leaves the "
+                "allocator room so its allocations stop failing and flushing",
+            ),
+            Change(
+                key="(script) get_accelerator().empty_cache()",
+                old=None,
+                new="on every rank at the same point of each step",
+                reason="DeepSpeed's advice when the flushes remain: ranks then flush together instead of one "
+                "stalling the others' collectives",
+            ),
+        ],
+        "--model/--config/--profile let diagnose check how close the job's predicted peak is to the GPU.",
+    )
+
+
 def slow(d: Diagnosis, scan: Scan, job: Job) -> FixOut:
     if d.title == "NCCL runs over TCP sockets":
         return _socket_slow(d, scan, job)
+    if d.title == CACHE_FLUSH_TITLE:
+        return _cache_flush_slow(d, scan, job)
     if "overlap_comm" in d.explanation:  # training.slow: the all-reduce is the timer furthest over
         z = job.config.get("zero_optimization") if job.config else None
         return unchecked(

@@ -4,6 +4,7 @@ prebuild, NVMe offload's libaio, the optimizer to name under ZeRO-Offload."""
 from __future__ import annotations
 
 from zerotune.diagnose.advice.unchecked import unchecked
+from zerotune.diagnose.causes.stopped import OLD_COMPILER_TITLE
 from zerotune.diagnose.explain import Job
 from zerotune.diagnose.records import Scan
 from zerotune.diagnose.report import Change, Diagnosis, FixOut
@@ -100,6 +101,18 @@ def version_mismatch(d: Diagnosis, scan: Scan, job: Job) -> FixOut:
 
 
 def op_build(d: Diagnosis, scan: Scan, job: Job) -> FixOut:
+    if scan.old_compiler is not None and d.title == OLD_COMPILER_TITLE:
+        return unchecked(
+            [
+                Change(
+                    key="(environment) C++ compiler",
+                    old=scan.old_compiler[0],
+                    new="GCC 5 or newer first on PATH as c++ (a conda gxx_linux-64, devtoolset), then rebuild",
+                    reason="torch builds extensions with the system c++; PyTorch's headers need a GCC >= 5",
+                )
+            ],
+            "Or install DeepSpeed with its ops prebuilt (DS_BUILD_OPS=1) on a machine with a newer compiler.",
+        )
     op = next((str(e.value) for e in scan.build_errors if e.value), "the op")
     return unchecked(
         [

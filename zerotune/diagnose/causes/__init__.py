@@ -47,7 +47,7 @@ CAUSES: tuple[CauseRule, ...] = (
     CauseRule("nvme_aio", ("aio_errors",), memory.nvme_aio),
     CauseRule("zero3_param", ("zero3_errors",), training.zero3_param),
     CauseRule("checkpoint", ("checkpoint_errors",), training.checkpoint),
-    CauseRule("fp16_overflow", ("fp16",), training.fp16_overflow),
+    CauseRule("fp16_overflow", ("fp16", "skipped_steps"), training.fp16_overflow),
     CauseRule("nccl_desync", ("fingerprints", "collectives"), collectives.nccl_desync),
     CauseRule("host_oom", ("cpu_alloc_failures",), memory.host_alloc),
     CauseRule("host_oom", ("kills",), memory.host_shm),
@@ -56,8 +56,10 @@ CAUSES: tuple[CauseRule, ...] = (
     CauseRule("nccl_error", ("collectives",), collectives.nccl_error, consequence=True),
     CauseRule("hang", ("hangs",), stopped.hang, consequence=True),
     CauseRule("slow", ("nccl_transport",), collectives.socket_transport, consequence=True),
+    CauseRule("slow", ("cache_flushes",), memory.cache_flushes, consequence=True),
     CauseRule("fp16_overflow", ("fp16",), training.fp16_overflow_seen, consequence=True),
     *(CauseRule(cause, ("frame_causes",), stopped.located(cause), fallback=True) for cause in stopped.LOCATED_TEXT),
+    CauseRule("op_build", ("old_compiler",), stopped.old_compiler, fallback=True),
     CauseRule("nccl_error", ("collectives",), collectives.nccl_warned, fallback=True),
     CauseRule(
         "unclassified", ("tracebacks", "last_exception", "exits", "kills", "last_frame"), stopped.unclassified, fallback=True

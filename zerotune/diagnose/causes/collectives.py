@@ -119,7 +119,10 @@ def nccl_warned(scan: Scan, offload_configured: bool) -> Diagnosis | None:
 
 
 def socket_transport(scan: Scan, offload_configured: bool) -> Diagnosis | None:
-    if not scan.nccl_transport:
+    """NCCL's sockets carry traffic between nodes only: on a run the log shows on one node (the launcher's
+    nnodes=1, torchrun's --nnodes 1) its GPUs talk over P2P/shared memory and the line is harmless."""
+    nodes = scan.facts.get("nodes")
+    if not scan.nccl_transport or (nodes is not None and nodes.value == 1):
         return None
     return Diagnosis(
         cause="slow",

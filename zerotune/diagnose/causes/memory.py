@@ -180,3 +180,25 @@ def _failed_before(scan: Scan, line: int) -> bool:
     if any(e.number < line for e in scan.exceptions):
         return True
     return any(e.line.number < line and e.kind == "exit" and e.value not in (-9, 9, 137) for e in scan.exits)
+
+
+CACHE_FLUSH_TITLE = "GPU memory pressure: allocator cache flushes"
+
+
+def cache_flushes(scan: Scan, offload_configured: bool) -> Diagnosis | None:
+    """ZeRO-3's allocator cache-flush warnings: the job runs at the edge of GPU memory and pays a device-wide
+    free-and-retry each time (a slow step, not a failure: ranked as a consequence)."""
+    if not scan.cache_flushes:
+        return None
+    count = f"{scan.cache_flush_count} " if scan.cache_flush_count else ""
+    return Diagnosis(
+        cause="slow",
+        title=CACHE_FLUSH_TITLE,
+        explanation=(
+            f"DeepSpeed reported {count}PyTorch allocator cache flushes on {len(scan.cache_flushes)} step(s): an "
+            "allocation failed, the allocator released its cached blocks and retried, which synchronises the GPU "
+            "and slows the step (DeepSpeed: detrimental to performance). The job runs at the edge of GPU memory."
+        ),
+        evidence=evidence(scan.cache_flushes),
+        line=scan.cache_flushes[0].number,
+    )

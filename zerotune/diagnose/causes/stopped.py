@@ -128,6 +128,36 @@ def located(cause: CauseName) -> Callable[[Scan, bool], Diagnosis | None]:
     return diagnose
 
 
+def ended_badly(scan: Scan) -> bool:
+    """The run failed (an exception, a traceback or its frames, a non-zero exit, a kill) and did not finish
+    after it."""
+    signs = scan.tracebacks or scan.exceptions or scan.kills or scan.exits or scan.last_frame
+    return bool(signs) and finished_after(scan) is None
+
+
+OLD_COMPILER_TITLE = "Op build with a compiler older than GCC 5"
+
+
+def old_compiler(scan: Scan, offload_configured: bool) -> Diagnosis | None:
+    """A failed run no message explains whose log shows torch warning that the compiler is older than GCC 5
+    (signals.ops.MIN_GCC_MAJOR): the JIT build of a DeepSpeed op it warned about is what failed."""
+    if scan.old_compiler is None or not ended_badly(scan):
+        return None
+    compiler, line = scan.old_compiler
+    first = scan.exceptions[:1] or [k.line for k in scan.kills][:1] or [e.line for e in scan.exits][:1]
+    return Diagnosis(
+        cause="op_build",
+        title=OLD_COMPILER_TITLE,
+        explanation=(
+            f"torch warned that the C++ compiler ({compiler}) is older than GCC 5, the oldest it supports for "
+            "building extensions, and the run then failed with no other cause named: the JIT build of a DeepSpeed "
+            "op (fused_adam, cpu_adam, ...) cannot compile PyTorch's C++14/17 headers with it."
+        ),
+        evidence=evidence(sorted([line, *first], key=lambda x: x.number)),
+        line=line.number,
+    )
+
+
 def unclassified(scan: Scan, offload_configured: bool) -> Diagnosis | None:
     """A failed run nothing above explains: an exception, a non-zero exit, a kill. Never "no failure"."""
     failed = [k.line for k in scan.kills] + [e.line for e in scan.exits]

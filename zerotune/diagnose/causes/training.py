@@ -4,12 +4,29 @@ engine, a slow step (wall_clock_breakdown)."""
 from __future__ import annotations
 
 from zerotune.diagnose.causes.evidence import evidence
-from zerotune.diagnose.records import Scan
+from zerotune.diagnose.records import LogLine, Scan
 from zerotune.diagnose.report import Diagnosis, StepCheck
 
 MIN_LOSS_SCALE = 1.0
 """DeepSpeed's default fp16 `min_loss_scale` (deepspeed/runtime/precision_config.py at 0.19.8): a
 dynamic scale reduced to it cannot go lower, so the next overflow ends the run."""
+
+MAX_INITIAL_SCALE_POWER = 32
+"""The largest fp16 `initial_scale_power` in use (DeepSpeed's default is 16; 2**32 is the older Megatron /
+DeepSpeed start, safe-rlhf#21): calibrating down from 2**p skips at most p steps plus the hysteresis."""
+
+
+def persistent_skips(scan: Scan) -> tuple[int, int, LogLine] | None:
+    """DeepSpeed's step line when the loss scaler skipped more steps than it took after calibration.
+    DynamicLossScaler.update_scale (deepspeed/runtime/fp16/loss_scaler.py at 0.19.8) halves the scale on an
+    overflow (after `hysteresis` of them) and doubles it after `loss_scale_window` clean steps, restoring
+    the hysteresis: once calibrated a healthy run skips at most `hysteresis` steps per window (defaults 2
+    per 1000). Skipped steps outnumbering taken ones beyond the calibration's MAX_INITIAL_SCALE_POWER is
+    therefore no scale the scaler can hold: fp16 overflows on most steps (T5-11B: step=2000, skipped=1999)."""
+    if scan.skipped_steps is None:
+        return None
+    steps, skipped, line = scan.skipped_steps
+    return scan.skipped_steps if 2 * skipped > steps + MAX_INITIAL_SCALE_POWER else None
 
 
 def _bf16_configured(scan: Scan) -> bool:
@@ -35,9 +52,11 @@ def fp16_overflow(scan: Scan, offload_configured: bool) -> Diagnosis | None:
     ]
     if _bf16_configured(scan):
         nan = []  # a NaN loss under bf16 is not a loss-scale failure
-    if not (at_min or nan or floor):
+    skips = persistent_skips(scan)
+    if not (at_min or nan or floor or skips):
         return None
     events = at_min + floor + nan
+    lines = [e.line for e in events] + ([skips[2]] if skips else [])
     parts = []
     if at_min:
         parts.append("the loss scale reached its minimum and DeepSpeed stopped the run")
@@ -45,6 +64,8 @@ def fp16_overflow(scan: Scan, offload_configured: bool) -> Diagnosis | None:
         parts.append(f"the dynamic loss scale was driven down to {float(floor[0].value):g}")  # type: ignore[arg-type]
     if nan:
         parts.append(f"the loss became {nan[0].value}")
+    if skips:
+        parts.append(f"the loss scaler skipped {skips[1]} of {skips[0]} optimizer steps")
     overflow = (
         f" {scan.fp16_overflows} overflow/skipped-step messages in the log." if scan.fp16_overflows else ""
     )
@@ -58,8 +79,8 @@ def fp16_overflow(scan: Scan, offload_configured: bool) -> Diagnosis | None:
             + " bf16 has fp32's exponent range and needs no loss "
             "scaling; models pre-trained in bf16 often overflow in fp16."
         ),
-        evidence=evidence([e.line for e in sorted(events, key=lambda e: e.line.number)]),
-        line=min(e.line.number for e in events),
+        evidence=evidence(sorted(lines, key=lambda line: line.number)),
+        line=min(line.number for line in lines),
     )
 
 

@@ -33,7 +33,7 @@ LINE_SIGNALS: tuple[Signal, ...] = (
     *ops.SIGNALS,
     *frames.SIGNALS,
 )
-BLOCK_SIGNALS: tuple[BlockSignal, ...] = timers.SIGNALS
+BLOCK_SIGNALS: tuple[BlockSignal, ...] = (*timers.SIGNALS, *precision.BLOCK_SIGNALS)
 NAMES = frozenset(s.name for s in (*LINE_SIGNALS, *BLOCK_SIGNALS))
 """Every signal name: the Scan fields a cause can read."""
 

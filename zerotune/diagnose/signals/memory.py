@@ -3,8 +3,10 @@ allocator refusing, the kernel's OOM killer and DeepSpeed's host-memory lines, `
 reports, and NVMe offload's async I/O failing.
 
 The OOM formats are those of PyTorch's CUDA caching allocator: the old "(GPU 0; X total
-capacity; ...)" and 2.x "GPU 0 has a total capacity of X"; tests/fixtures/logs holds real
-examples of each.
+capacity; ...)" and 2.x "GPU 0 has a total capacity of X"; torch_npu's allocator prints the old form
+with "NPU" for the device (Ascend: "NPU out of memory. Tried to allocate ... (NPU 3; ...)"), and CANN
+reports a failed device allocation as error EL0004 "Failed to allocate memory" with the driver's
+"out of memory"; tests/fixtures/logs holds real examples of each.
 """
 
 from __future__ import annotations
@@ -82,8 +84,9 @@ def oom_phase(context: list[LogLine]) -> tuple[str, LogLine | None]:
 
 
 def parse_oom(text: str) -> dict[str, int | None]:
-    """Numbers of a CUDA caching-allocator OOM message (old and torch>=2.1 wording)."""
-    gpu = re.search(r"\(GPU (\d+);|GPU (\d+) has a total capac", text)
+    """Numbers of a CUDA caching-allocator OOM message (old and torch>=2.1 wording; torch_npu's names
+    the device "NPU")."""
+    gpu = re.search(r"\((?:GPU|NPU) (\d+);|GPU (\d+) has a total capac", text)
     return {
         "tried": _size(r"Tried to allocate SIZE", text),
         # torch 2.1 printed "total capacty" (sic): match the stem
@@ -107,9 +110,19 @@ allocated because the GPU was full (an OOM that does not say so; see DeepSpeed P
 https://discuss.pytorch.org/t/cuda-error-cublas-status-not-initialized-when-calling-cublascreate-handle/125450)."""
 
 
+ASCEND_ALLOC_FAILED = b"EL0004"
+"""CANN's error code for a device memory allocation that failed ("EL0004: ... Failed to allocate memory.
+Possible Cause: Available memory is insufficient.", LlamaFactory#5322): an NPU out of memory. The code
+opens the line like a host prefix (`EL0004: `), which normalising removes, so it is read off the raw line."""
+
+
+def _ascend_alloc_failed(hit: Hit) -> bool:
+    return ASCEND_ALLOC_FAILED in hit.data[hit.start : hit.end] and hit.says("Failed to allocate memory")
+
+
 def _gpu_oom(hit: Hit) -> None:
     line, s = hit.line, hit.scan
-    if not hit.says(
+    if not _ascend_alloc_failed(hit) and not hit.says(
         "out of memory",
         "OutOfMemoryError",
         "OUT_OF_MEMORY",
@@ -140,6 +153,25 @@ def primary_oom(scan: Scan) -> Oom | None:
         scan.ooms,
         key=lambda o: (sum(v is not None for v in (o.tried, o.capacity, o.allocated)), -o.line.number),
     )
+
+
+# ---- memory pressure ------------------------------------------------------------------------------------------
+
+_FLUSHES = re.compile(r"(\d+) pytorch allocator cache flushes since last step")
+
+
+def _cache_flush(hit: Hit) -> None:
+    """ZeRO-3's step (runtime/zero/stage3.py at 0.19.8) warns when the allocator's `num_alloc_retries` grew
+    since the last step: a cudaMalloc failed, the allocator freed its cached blocks (synchronising the
+    device) and retried. DeepSpeed's own words: "detrimental to performance". A line cut to the warning's
+    tail (LLaVA-NeXT#247) still names it."""
+    if not hit.says("allocator cache flushes since last step", "flush their caches at the same time"):
+        return
+    if hit.scan.cache_flushes and hit.scan.cache_flushes[-1].number == hit.line.number:
+        return
+    hit.scan.add(hit.scan.cache_flushes, hit.line)
+    m = _FLUSHES.search(hit.line.text)
+    hit.scan.cache_flush_count += int(m.group(1)) if m else 0
 
 
 # ---- host memory --------------------------------------------------------------------------------------------------
@@ -247,6 +279,7 @@ SIGNALS = (
             # NCCL's own line for a failed CUDA call, alone after "Last error:" (`Cuda failure 2 'out of
             # memory'`, 2 = cudaErrorMemoryAllocation): its allocation found the GPU full (peft#1703)
             rb"Cuda failure",
+            rb"EL0004",  # CANN (Ascend NPU): a device allocation failed
         ),
         (_gpu_oom,),
     ),
@@ -265,4 +298,10 @@ SIGNALS = (
         (_checkpoint_load,),
     ),
     Signal("memory_reports", (rb"Max_MA ",), (_memory_report,)),
+    Signal(
+        "cache_flushes",
+        # the warning's only capitals are in its last sentence; its tail alone keeps `() calls in ...`
+        (rb"If you are unable to make the cache flushes", rb"\(\) calls in your training loop to ensure that all ranks flush"),
+        (_cache_flush,),
+    ),
 )

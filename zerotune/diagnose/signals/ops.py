@@ -37,6 +37,20 @@ PR 450; `PyInit_transformer_op`, issue 949), so a missing `*_op` module is a bui
 version to change."""
 
 
+_OLD_COMPILER = re.compile(r"Your compiler \(([^)]*?\b(\d+)\.\d+[^)]*)\) may be ABI-incompatible with PyTorch")
+MIN_GCC_MAJOR = 5
+"""torch.utils.cpp_extension's MINIMUM_GCC_VERSION (5, 0, 0): it warns "Your compiler (c++ 4.8.5) may be
+ABI-incompatible with PyTorch!" before building an extension with an older GCC (and builds anyway); PyTorch's
+headers need C++14/17, which GCC 4.x does not fully have, so such a JIT build of a DeepSpeed op fails
+(DeepSpeed#1435: SageMaker's GCC 4.8.5)."""
+
+
+def _old_compiler(hit: Hit) -> None:
+    m = _OLD_COMPILER.search(hit.line.text)
+    if m and int(m.group(2)) < MIN_GCC_MAJOR and hit.scan.old_compiler is None:
+        hit.scan.old_compiler = (m.group(1), hit.line)
+
+
 def _build(hit: Hit) -> None:
     text, s = hit.line.text, hit.scan
     m = _BUILD.search(text)
@@ -53,6 +67,7 @@ def _build(hit: Hit) -> None:
 
 
 SIGNALS = (
+    Signal("old_compiler", (rb"ABI-incompatible with PyTorch",), (_old_compiler,)),
     Signal(
         "build_errors",
         (

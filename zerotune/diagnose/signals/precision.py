@@ -5,19 +5,27 @@ and older DeepSpeed's "Gradient overflow. Skipping step") and a loss that became
 The formats are those of deepspeed/runtime/fp16/loss_scaler.py (DynamicLossScaler.update_scale) and
 HF Trainer's `{'loss': nan, ...}` log dicts; a few overflows at the start of an fp16 run are the
 scaler calibrating (it starts at 2**16 and halves per overflow) and are counted, not a failure.
+
+HF's Trainer hides a NaN loss by default (`logging_nan_inf_filter`, transformers trainer.py: a step
+whose loss is NaN/inf adds the window's running mean instead, and the sum restarts at 0 after each
+logged line), so a logging window in which every step's loss was NaN/inf is logged as `'loss': 0.0`;
+with `'grad_norm': nan` beside it (the gradients NaN too) that line is a NaN loss, not a perfect one
+(LlamaFactory#4202: GLM-4 in fp16, `{'loss': 0.0, 'grad_norm': nan, ...}` on every line after the blow-up).
 """
 
 from __future__ import annotations
 
 import re
 
-from zerotune.diagnose.records import Event
-from zerotune.diagnose.signals.signal import Hit, Signal
+from zerotune.diagnose.records import Event, Scan
+from zerotune.diagnose.signals.signal import Block, BlockSignal, Hit, Signal
 
 _REDUCED = re.compile(
     r"(?:reducing (?:loss scale )?to|loss scale to|[Ll]oss scale:?) (\d+(?:\.\d+)?(?:e-?\d+)?)"
 )
 _NAN_LOSS = re.compile(r"""['"]?\b[Ll]oss['"]?\s*[:=]\s*['"]?(nan|inf|-inf|NaN|Inf)\b""")
+_FILTERED_NAN = re.compile(r"""['"]loss['"]: 0\.0\b.*['"]grad_norm['"]: (nan|NaN|inf|Infinity)\b""")
+"""HF's log line of a window whose every loss was NaN/inf (`logging_nan_inf_filter`): loss 0.0, grad norm NaN."""
 
 
 def _fp16(hit: Hit) -> None:
@@ -37,8 +45,11 @@ def _fp16(hit: Hit) -> None:
             s.add(s.fp16, Event(hit.line, "overflow", scale))
     else:
         m = _NAN_LOSS.search(text)
-        if m and not any(e.kind == "nan_loss" for e in s.fp16):
-            s.add(s.fp16, Event(hit.line, "nan_loss", m.group(1).lower()))
+        value = m.group(1).lower() if m else None
+        if m is None and _FILTERED_NAN.search(text):
+            value = "NaN (logged as 0.0 with a NaN grad norm: HF's Trainer filters NaN losses out of its mean)"
+        if value is not None and not any(e.kind == "nan_loss" for e in s.fp16):
+            s.add(s.fp16, Event(hit.line, "nan_loss", value))
 
 
 SIGNALS = (
@@ -53,7 +64,28 @@ SIGNALS = (
             rb"'loss': (?:nan|inf|-inf)",
             rb'"loss": (?:NaN|nan|Infinity)',
             rb"Loss[:=] ?(?:nan|inf|NaN)",
+            rb"'grad_norm': (?:nan|inf)",
+            rb'"grad_norm": (?:NaN|nan|Infinity)',
         ),
         (_fp16,),
     ),
 )
+
+
+_STEP_SKIPPED = re.compile(rb"\bstep=(\d+), skipped=(\d+)")
+"""DeepSpeedEngine's progress line `[Rank 0] step=2000, skipped=1995, lr=[...]` (engine.py, log_dist at
+every steps_per_print optimizer steps): `skipped` counts the steps the fp16 loss scaler threw away."""
+
+
+def _skipped_steps(block: Block, s: Scan) -> None:
+    """The latest step/skipped count (they only grow: the last line of the log holds the run's totals)."""
+    at = block.data.rfind(b", skipped=")
+    if at < 0:
+        return
+    start = block.data.rfind(b"\n", 0, at) + 1
+    m = _STEP_SKIPPED.search(block.data, start, at + 40)
+    if m:
+        s.skipped_steps = (int(m.group(1)), int(m.group(2)), block.line_at(m.start()))
+
+
+BLOCK_SIGNALS = (BlockSignal("skipped_steps", _skipped_steps),)

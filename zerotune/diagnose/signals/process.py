@@ -149,7 +149,25 @@ def _init(hit: Hit) -> None:
         hit.scan.init_line = hit.line
 
 
+_CANN_CODE = re.compile(rb"(?:^|\n)\s*(?:\[rank\d+\]:\s*)?(E[A-Z]\d{4}): ")
+"""Ascend CANN's error code opening its structured message (`EJ0001: <time> Failed to initialize the HCCP
+process. Reason: ...`, then `Possible Cause:` and `Solution:` lines: LlamaFactory#3839, #5322)."""
+
+
+def _vendor_solution(hit: Hit) -> None:
+    """The runtime's own advice for the error it reports: the `Solution:` line of a CANN message whose code
+    opens one of the three lines before it."""
+    text = hit.line.text.strip()
+    if not text.startswith("Solution:"):
+        return
+    before = hit.data[max(0, hit.start - 2048) : hit.start]
+    codes = _CANN_CODE.findall(b"\n".join(before.split(b"\n")[-4:]))
+    if codes:
+        hit.scan.add(hit.scan.vendor_solutions, (codes[-1].decode(), hit.line))
+
+
 SIGNALS = (
+    Signal("vendor_solutions", (rb"Solution: ",), (_vendor_solution,)),
     Signal("tracebacks", (rb"Traceback",), (_traceback,)),
     Signal("last_exception", (rb"Error:", rb"Exception:"), (_exception,)),
     Signal(
