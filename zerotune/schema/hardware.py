@@ -280,10 +280,13 @@ class Calibration(_Strict):
         "(zerotune.catalog.trust.job_kind: model, stage, offload, checkpointing)",
     )
     same_job_error_pct: float | None = Field(
-        None, description="step-time error expected for a job of one of `jobs`' kinds (one-run calibrations)"
+        None,
+        description="throughput error (|predicted tokens/s / measured - 1|, percent) expected for a job of one of "
+        "`jobs`' kinds (one-run calibrations)",
     )
     other_job_error_pct: float | None = Field(
-        None, description="step-time error expected for a job of another kind (one-run calibrations)"
+        None,
+        description="throughput error (percent) expected for a job of another kind (one-run calibrations)",
     )
 
     def calibrated_paths(self) -> set[str]:
