@@ -269,3 +269,16 @@ def test_predict_never_crashes(cli, name: str) -> None:
     assert res.code in (0, 1, 2) and "Traceback" not in res.stderr
     if res.code == 2:  # only the accelerate configs whose JSON is not found from here
         assert "accelerate config" in res.stderr and len(res.stderr.strip().splitlines()) <= 2
+
+
+def test_sat_optimizer_type_in_a_json_config_is_built_by_sat() -> None:
+    """THUDM/SwissArmyTransformer tests/deepspeed_test.json names `sat.ops.FusedEmaAdam`: SAT reads a JSON
+    --deepspeed_config too (sat/arguments.py json.load) and builds a `sat.` type itself, deleting the section
+    before deepspeed.initialize. Was: ZT610 error on a JSON (only a SAT YAML section got the note), where
+    DeepSpeed 0.19.8's parser accepts the file."""
+    config = {"train_micro_batch_size_per_gpu": 4, "optimizer": {"type": "sat.ops.FusedEmaAdam"}}
+    found = [d for d in lint(load_text(json.dumps(config), "ds.json")) if d.code == "ZT610"]
+    assert [d.severity.value for d in found] == ["info"] and "SwissArmyTransformer" in found[0].message
+    config["optimizer"]["type"] = "apex.optimizers.FusedAdam"  # any other dotted name: DeepSpeed cannot build it
+    found = [d for d in lint(load_text(json.dumps(config), "ds.json")) if d.code == "ZT610"]
+    assert [d.severity.value for d in found] == ["error"]
