@@ -1,4 +1,4 @@
-"""140 DeepSpeed configs from 52 public repositories the project had never used (tests/fixtures/unseen_configs):
+"""156 DeepSpeed configs from 55 public repositories the project had never used (tests/fixtures/unseen_configs):
 provenance, no crash, exit codes, zerotune's errors against DeepSpeed 0.19.8's own parser verdicts, and the
 findings checked by hand against DeepSpeed / accelerate source."""
 
@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.unit.test_lint_differential_corpus import ENGINE_TIME
 from zerotune.dsconfig import accelerate
 from zerotune.dsconfig.load import load_bytes, load_path, load_text
 from zerotune.lint.context import LintOptions
@@ -37,8 +38,8 @@ def test_manifest_is_verbatim_and_unseen() -> None:
     rows = _manifest()
     with CORPUS_MANIFEST.open() as fh:
         seen = {r["repo"] for r in csv.DictReader(fh, delimiter="\t")}
-    assert len(rows) == len(list(CONFIGS.iterdir())) == 140
-    assert len({r["repo"] for r in rows}) == 52
+    assert len(rows) == len(list(CONFIGS.iterdir())) == 156
+    assert len({r["repo"] for r in rows}) == 55
     for row in rows:
         data = (HERE / row["filename"]).read_bytes()
         assert hashlib.sha256(data).hexdigest() == row["sha256"], row["filename"]
@@ -50,7 +51,7 @@ def test_validate_whole_set_never_crashes(cli) -> None:
         res = cli("validate", str(CONFIGS / "*"), "--format", "json", "--world-size", "8", *hf)
         assert res.code == 1  # some files have errors; none is a usage error
         doc = json.loads(res.stdout)
-        assert len(doc["files"]) == 140
+        assert len(doc["files"]) == 156
         codes = [d["code"] for f in doc["files"] for d in f["diagnostics"]]
         assert "ZT000" not in codes
     for path in sorted(CONFIGS.iterdir()):
@@ -60,10 +61,16 @@ def test_validate_whole_set_never_crashes(cli) -> None:
 @pytest.mark.parametrize("name", sorted(VERDICTS))
 @pytest.mark.parametrize("world", [1, 8])
 def test_errors_agree_with_deepspeed(name: str, world: int) -> None:
-    """An error exactly where DeepSpeed 0.19.8's DeepSpeedConfig refuses the file (recorded verdicts)."""
+    """An error wherever DeepSpeed 0.19.8's DeepSpeedConfig refuses the file (recorded verdicts); on a file
+    it accepts, only the errors that name a failure inside deepspeed.initialize() (ENGINE_TIME, the same
+    contract as the differential corpus: YaLM-100B's `optimizer.params.max_grad_norm` is ZT609, the
+    ValueError of engine.py _configure_basic_optimizer)."""
     errors = _codes(name, severity="error", world_size=world)
     rejected = VERDICTS[name][str(world)]
-    assert bool(errors) == bool(rejected), (errors, rejected)
+    if rejected:
+        assert errors, rejected
+    else:
+        assert set(errors) <= set(ENGINE_TIME), errors
 
 
 def test_findings_checked_by_hand() -> None:
