@@ -6,7 +6,8 @@
 None = accepted, else the exception). The path is given as is when the text is JSON, whatever the file's
 name (DeepSpeed opens it with hjson.load, deepspeed/runtime/config.py:443-444); a real YAML file is loaded
 with yaml.safe_load and dumped to JSON first, as a launcher that keeps its DeepSpeed config in YAML does
-(of a SwissArmyTransformer YAML, its `deepspeed:` section as OmegaConf reads it: zerotune's loader).
+(of a SwissArmyTransformer YAML, its `deepspeed:` section as OmegaConf reads it; of a GPT-NeoX config, the
+keys NeoX hands DeepSpeed: zerotune's loader).
 HF accelerate launcher configs are skipped: DeepSpeed never reads them.
 """
 
@@ -42,9 +43,9 @@ def main(paths: list[str]) -> dict[str, dict[str, str | None]]:
                     if isinstance(data, dict) and accelerate.is_accelerate_config(data):
                         continue
                     loaded = load_path(path)
-                    if (
-                        loaded.section
-                    ):  # a launcher's `deepspeed:` section (SwissArmyTransformer) is the config
+                    if loaded.section or loaded.neox_args:
+                        # a launcher's `deepspeed:` section (SwissArmyTransformer), or the keys GPT-NeoX
+                        # passes on from its config, is what DeepSpeed gets
                         data = loaded.data
                     given = str(Path(tmp) / (path.stem + ".json"))
                     Path(given).write_text(json.dumps(data))

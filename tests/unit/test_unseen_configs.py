@@ -286,6 +286,33 @@ def test_sat_optimizer_type_in_a_json_config_is_built_by_sat() -> None:
     config = {"train_micro_batch_size_per_gpu": 4, "optimizer": {"type": "sat.ops.FusedEmaAdam"}}
     found = [d for d in lint(load_text(json.dumps(config), "ds.json")) if d.code == "ZT610"]
     assert [d.severity.value for d in found] == ["info"] and "SwissArmyTransformer" in found[0].message
-    config["optimizer"]["type"] = "apex.optimizers.FusedAdam"  # any other dotted name: DeepSpeed cannot build it
+    # any other dotted name: DeepSpeed cannot build it
+    config["optimizer"]["type"] = "apex.optimizers.FusedAdam"
     found = [d for d in lint(load_text(json.dumps(config), "ds.json")) if d.code == "ZT610"]
     assert [d.severity.value for d in found] == ["error"]
+
+
+def test_neox_config_is_read_as_what_neox_hands_deepspeed() -> None:
+    """A GPT-NeoX config (EleutherAI/pythia, Stability-AI/StableLM) holds NeoX's own arguments next to
+    DeepSpeed's keys; NeoX hands DeepSpeed only NeoXArgsDeepspeedConfig's fields and deepspeed_extra_args.
+    Was: 40-81 ZT502 warnings per file, one for each NeoX argument (`num-layers`, `vocab-file`, ...)."""
+    name = "EleutherAI__pythia__models__6.9B__pythia-6.9b-deduped.yml"
+    loaded = load_path(CONFIGS / name)
+    assert "num-layers" in loaded.neox_args and "num-layers" not in loaded.data
+    assert loaded.data["zero_optimization"]["stage"] == 1
+    assert loaded.data["train_micro_batch_size_per_gpu"] == 8
+    assert "ZT006" in _codes(name) and "ZT502" not in _codes(name)
+    assert "ZT503" in _codes(name, severity="error")  # fp16.fp16 reaches DeepSpeed, whose parser refuses it
+    neox = {
+        "num_layers": 2,
+        "hidden-size": 64,
+        "vocab-file": "v.json",
+        "train_micro_batch_size_per_gpu": 4,
+        "deepspeed_extra_args": {"comms_logger": {"enabled": True}},
+    }
+    loaded = load_bytes(json.dumps(neox).encode(), "neox.json")
+    assert loaded.data == {"train_micro_batch_size_per_gpu": 4, "comms_logger": {"enabled": True}}
+    assert set(loaded.neox_args) == {"num_layers", "hidden-size", "vocab-file", "deepspeed_extra_args"}
+    # one model-looking key in a DeepSpeed config is not enough to make it NeoX's
+    plain = load_bytes(json.dumps({"train_batch_size": 8, "hidden_size": 64}).encode(), "ds.json")
+    assert plain.neox_args == () and "ZT502" in [d.code for d in lint(plain)]

@@ -77,6 +77,9 @@ class LoadedConfig:
     section: str = ""
     """JSON pointer of the DeepSpeed config inside a launcher config that nests it (`/deepspeed`, see
     `_as_launcher_section`); `data` is then that section, and `locate` looks under it."""
+    neox_args: tuple[str, ...] = ()
+    """The GPT-NeoX arguments of a NeoX config file (`_as_neox_args`), as written: NeoX keeps them, and
+    `data` is then the rest, what NeoX hands DeepSpeed."""
     _line_starts: list[int] = field(default_factory=list, repr=False)
 
     def position(self, offset: int | None) -> tuple[int | None, int | None]:
@@ -215,7 +218,49 @@ def _as_accelerate(loaded: LoadedConfig) -> LoadedConfig:
         usable = accelerate.uses_deepspeed(loaded.data) and accelerate.config_file(loaded.data) is None
         loaded.data = accelerate.built_config(loaded.data) if usable else None
         return loaded
-    return _as_launcher_section(loaded)
+    return _as_neox_args(_as_launcher_section(loaded))
+
+
+# GPT-NeoX (EleutherAI/gpt-neox@ea7aefd8 megatron/neox_arguments): a config file holds NeoX's own arguments
+# (model shape, data, logging) next to DeepSpeed's keys, `-` and `_` alike (arguments.py `from_ymls`
+# replaces "-" with "_"); NeoX hands DeepSpeed only the fields of NeoXArgsDeepspeedConfig
+# (deepspeed_args.py:29-282) plus the items of `deepspeed_extra_args` (arguments.py
+# `get_parent_class_value_dict_extra_ds`). A file is NeoX's when it names two of its model-shape arguments,
+# which no DeepSpeed config has.
+NEOX_SHAPE_ARGS = frozenset({"num_layers", "hidden_size", "num_attention_heads", "seq_length"})
+NEOX_DEEPSPEED_KEYS = frozenset(
+    {
+        "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "optimizer",
+        "scheduler", "fp32_allreduce", "prescale_gradients", "gradient_predivide_factor", "sparse_gradients",
+        "fp16", "bf16", "amp", "gradient_clipping", "zero_optimization", "curriculum_learning",
+        "steps_per_print", "wall_clock_breakdown", "dump_state", "flops_profiler", "communication_data_type",
+        "autotuning", "activation_checkpointing", "sparse_attention", "data_efficiency", "tensorboard",
+        "wandb", "csv_monitor", "elasticity", "comms_logger", "compression_training", "checkpoint",
+        "data_types",
+    }
+)  # fmt: skip
+
+
+def _as_neox_args(loaded: LoadedConfig) -> LoadedConfig:
+    """A GPT-NeoX config file: `data` the DeepSpeed config NeoX builds from it (see NEOX_DEEPSPEED_KEYS; a
+    key DeepSpeed itself reads is kept too), `neox_args` the keys NeoX keeps. Read whole, each NeoX argument
+    (`num-layers`, `vocab-file`, ...) looks like a key DeepSpeed silently ignores."""
+    from zerotune.dsconfig import schema
+
+    data = loaded.data
+    if not (loaded.parsed and not loaded.section and isinstance(data, dict)):
+        return loaded
+    names = {str(k).replace("-", "_"): k for k in data}
+    if len(NEOX_SHAPE_ARGS & set(names)) < 2:
+        return loaded
+    top = set(schema.SECTIONS[""].keys)
+    passed = {name: data[key] for name, key in names.items() if name in NEOX_DEEPSPEED_KEYS or name in top}
+    extra = data.get("deepspeed_extra_args")
+    if isinstance(extra, dict):
+        passed.update(extra)
+    loaded.neox_args = tuple(str(key) for name, key in names.items() if name not in passed)
+    loaded.data = passed
+    return loaded
 
 
 def _as_launcher_section(loaded: LoadedConfig) -> LoadedConfig:

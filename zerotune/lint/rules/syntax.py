@@ -217,7 +217,8 @@ class AccelerateConfig(Rule):
     with `--hf`. When `distributed_type` is not DEEPSPEED, DeepSpeed is not used. Likewise a launcher YAML
     that keeps the DeepSpeed config in a `deepspeed:` mapping next to its own keys (SwissArmyTransformer's
     `args:`/`data:`/`deepspeed:` files, read with OmegaConf, where `1e-8` is a number) is checked as that
-    mapping.
+    mapping, and a GPT-NeoX config (model-shape arguments such as `num-layers` next to DeepSpeed's keys) as
+    the DeepSpeed keys NeoX passes on.
 
     ## Why is this bad?
     It is not: it is information. Read as a DeepSpeed config, every launcher key (num_processes,
@@ -236,6 +237,7 @@ class AccelerateConfig(Rule):
     ## References
     - huggingface/accelerate src/accelerate/utils/dataclasses.py `DeepSpeedPlugin.__post_init__`
     - THUDM/CogVideo sat/arguments.py `process_config_to_args` (args.deepspeed_config = config["deepspeed"])
+    - EleutherAI/gpt-neox megatron/neox_arguments/arguments.py `deepspeed_config` (NeoXArgsDeepspeedConfig)
     """
 
     code = "ZT006"
@@ -248,6 +250,12 @@ class AccelerateConfig(Rule):
 
         raw = ctx.loaded.accelerate
         if raw is None:
+            if ctx.loaded.neox_args:
+                detail = (
+                    f"a GPT-NeoX config: DeepSpeed gets the keys NeoX passes on (NeoXArgsDeepspeedConfig), "
+                    f"checked as such; its {len(ctx.loaded.neox_args)} NeoX arguments are NeoX's own"
+                )
+                yield self.emit(ctx, "", detail=detail)
             if ctx.loaded.section:
                 detail = (
                     f"a launcher config (SwissArmyTransformer YAML): its `{ctx.loaded.section[1:]}` section is "
