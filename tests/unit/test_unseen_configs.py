@@ -316,3 +316,18 @@ def test_neox_config_is_read_as_what_neox_hands_deepspeed() -> None:
     # one model-looking key in a DeepSpeed config is not enough to make it NeoX's
     plain = load_bytes(json.dumps({"train_batch_size": 8, "hidden_size": 64}).encode(), "ds.json")
     assert plain.neox_args == () and "ZT502" in [d.code for d in lint(plain)]
+
+
+def test_hydra_yaml_is_read_as_omegaconf_reads_it() -> None:
+    """microsoft/unilm PFPO keeps its DeepSpeed config as a Hydra config group (`${learning_rate}`): OmegaConf
+    loads it, and `1e-4`, `1e8` are numbers there. Was: PyYAML's strings, so ZT615 (lr "1e-4") and ZT601
+    (stage3_max_live_parameters "1e8") errors on values the job reads as numbers."""
+    name = "microsoft__unilm__PFPO__conf__deepspeed__train_hybrid_engine_zero3_optim_offload.yaml"
+    loaded = load_path(CONFIGS / name)
+    assert loaded.data["optimizer"]["params"]["lr"] == 1e-4
+    assert loaded.data["zero_optimization"]["stage3_max_live_parameters"] == 1e8
+    errors = _codes(name, severity="error")
+    assert not {"ZT601", "ZT615"} & set(errors)
+    assert "ZT102" in errors  # the batch sizes are null in the file: the program fills them
+    assert load_bytes(b"x: 2e8\nlr: ${lr}\n", "a.yaml").data["x"] == 2e8
+    assert load_bytes(b"x: 2e8\nlr: 1\n", "a.yaml").data["x"] == "2e8"  # no interpolation: PyYAML's reading

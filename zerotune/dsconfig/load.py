@@ -198,7 +198,7 @@ def _load_yaml(text: str, name: str) -> LoadedConfig:
 
     loaded = LoadedConfig(path=name, text=text)
     try:
-        loaded.data = yaml.safe_load(text)
+        loaded.data = _omegaconf_yaml(text) if _INTERPOLATION.search(text) else yaml.safe_load(text)
         loaded.parsed = True
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
@@ -286,6 +286,12 @@ def _as_launcher_section(loaded: LoadedConfig) -> LoadedConfig:
 # A float as OmegaConf's YAML loader resolves it (omry/omegaconf omegaconf/_utils.py `get_yaml_loader`): YAML
 # 1.1's rule plus an exponent without a dot (`1e-8`, `5e8`), which PyYAML alone leaves a string.
 _OMEGACONF_FLOAT = re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+)$")
+
+
+# An OmegaConf interpolation (`${learning_rate}`, `${oc.env:X}`) marks a YAML that Hydra/OmegaConf loads
+# (microsoft/unilm PFPO conf/deepspeed/*.yaml, composed by Hydra): no other YAML reader resolves it, and that
+# loader reads `1e-4` as a float (see _OMEGACONF_FLOAT), where PyYAML alone keeps the string "1e-4".
+_INTERPOLATION = re.compile(r"\$\{[^}\n]+\}")
 
 
 def _omegaconf_yaml(text: str) -> Any:
