@@ -9,7 +9,8 @@ with yaml.safe_load and dumped to JSON first, as a launcher that keeps its DeepS
 (of a SwissArmyTransformer YAML, its `deepspeed:` section as OmegaConf reads it; of a GPT-NeoX config, the
 keys NeoX hands DeepSpeed; of a YAML with OmegaConf `${...}` interpolations, OmegaConf's reading: zerotune's
 loader).
-HF accelerate launcher configs are skipped: DeepSpeed never reads them.
+HF accelerate launcher configs and trainer's arguments files (`deepspeed: ds.json`) are skipped: DeepSpeed
+never reads them.
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ def main(paths: list[str]) -> dict[str, dict[str, str | None]]:
             path = Path(name)
             text = path.read_text(encoding="utf-8")
             given = str(path)
+            if load_path(path).trainer_args is not None:
+                continue  # a trainer's arguments file: DeepSpeed reads the JSON it names, never this file
             try:
                 json.loads(text)
             except ValueError:

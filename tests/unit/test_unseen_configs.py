@@ -1,4 +1,4 @@
-"""187 DeepSpeed configs from 65 public repositories the project had never used (tests/fixtures/unseen_configs):
+"""193 DeepSpeed configs from 65 public repositories the project had never used (tests/fixtures/unseen_configs):
 provenance, no crash, exit codes, zerotune's errors against DeepSpeed 0.19.8's own parser verdicts, and the
 findings checked by hand against DeepSpeed / accelerate source."""
 
@@ -38,7 +38,7 @@ def test_manifest_is_verbatim_and_unseen() -> None:
     rows = _manifest()
     with CORPUS_MANIFEST.open() as fh:
         seen = {r["repo"] for r in csv.DictReader(fh, delimiter="\t")}
-    assert len(rows) == len(list(CONFIGS.iterdir())) == 187
+    assert len(rows) == len(list(CONFIGS.iterdir())) == 193
     assert len({r["repo"] for r in rows}) == 65
     for row in rows:
         data = (HERE / row["filename"]).read_bytes()
@@ -51,7 +51,7 @@ def test_validate_whole_set_never_crashes(cli) -> None:
         res = cli("validate", str(CONFIGS / "*"), "--format", "json", "--world-size", "8", *hf)
         assert res.code == 1  # some files have errors; none is a usage error
         doc = json.loads(res.stdout)
-        assert len(doc["files"]) == 187
+        assert len(doc["files"]) == 193
         codes = [d["code"] for f in doc["files"] for d in f["diagnostics"]]
         assert "ZT000" not in codes
     for path in sorted(CONFIGS.iterdir()):
@@ -274,8 +274,10 @@ def test_predict_reads_an_accelerate_yaml(cli) -> None:
 def test_predict_never_crashes(cli, name: str) -> None:
     res = cli("predict", "--config", str(CONFIGS / name), "--model", "llama-7b", "--json")
     assert res.code in (0, 1, 2) and "Traceback" not in res.stderr
-    if res.code == 2:  # only the accelerate configs whose JSON is not found from here
-        assert "accelerate config" in res.stderr and len(res.stderr.strip().splitlines()) <= 2
+    # exit 2 only for the launcher files (accelerate, trainer's arguments) whose JSON is not found from here
+    if res.code == 2:
+        assert "accelerate config" in res.stderr or "trainer's arguments" in res.stderr
+        assert len(res.stderr.strip().splitlines()) <= 2
 
 
 def test_sat_optimizer_type_in_a_json_config_is_built_by_sat() -> None:
@@ -331,3 +333,31 @@ def test_hydra_yaml_is_read_as_omegaconf_reads_it() -> None:
     assert "ZT102" in errors  # the batch sizes are null in the file: the program fills them
     assert load_bytes(b"x: 2e8\nlr: ${lr}\n", "a.yaml").data["x"] == 2e8
     assert load_bytes(b"x: 2e8\nlr: 1\n", "a.yaml").data["x"] == "2e8"  # no interpolation: PyYAML's reading
+
+
+def test_trainer_arguments_file_is_read_as_the_json_it_names(cli, tmp_path, monkeypatch) -> None:
+    """HF TrainingArguments / axolotl YAML naming the DeepSpeed JSON in `deepspeed` (OpenLMLab/LOMO
+    args_lomo.yaml, pjlab-sys4nlp/llama-moe conf/cpt/lora.yaml, om-ai-lab/VLM-R1's training args): HF Trainer
+    reads that JSON from the launch folder and fills its "auto" values. Was: the arguments read as a DeepSpeed
+    config, ZT102 (no batch size) and one ZT502 per trainer argument (19-48 per file)."""
+    # the JSON LOMO names is not found from here; RLHFlow's axolotl YAML leaves `deepspeed:` empty
+    assert _codes("OpenLMLab__LOMO__lomo__config__args_lomo.yaml") == ["ZT006"]
+    assert _codes("RLHFlow__RLHF-Reward-Modeling__pair-pm__gemma-2b-it.yaml") == ["ZT006"]
+    (tmp_path / "conf").mkdir()
+    ds = {"train_micro_batch_size_per_gpu": "auto", "zero_optimization": {"stage": 3, "cpu_offload": True}}
+    (tmp_path / "conf" / "z3.json").write_text(json.dumps(ds))
+    args = "per_device_train_batch_size: 4\ngradient_accumulation_steps: 2\nbf16: true\ndeepspeed: conf/z3.json\n"
+    (tmp_path / "args.yaml").write_text(args)
+    monkeypatch.chdir(tmp_path)
+    [report] = json.loads(cli("validate", "args.yaml", "--format", "json").stdout)["files"]
+    codes = [d["code"] for d in report["diagnostics"]]
+    assert report["path"] == "conf/z3.json" and {"ZT006", "ZT504"} <= set(codes)
+    assert not {"ZT102", "ZT502", "ZT801"} & set(codes)  # HF fills "auto"
+    doc = json.loads(cli("predict", "--config", "args.yaml", "--model", "llama-7b", "--json").stdout)
+    assert (doc["workload"]["micro_batch"], doc["workload"]["grad_accum"]) == (4, 2)
+    assert doc["workload"]["precision"] == "bf16"
+    (tmp_path / "args.yaml").write_text(args.replace("conf/z3.json", "elsewhere/z3.json"))
+    res = cli("predict", "--config", "args.yaml", "--model", "llama-7b")
+    assert res.code == 2 and "not found from here" in res.stderr and "Traceback" not in res.stderr
+    # a DeepSpeed config is never one: its `deepspeed` key, if any, is no path (NeoX's is a boolean)
+    assert load_bytes(b'{"train_batch_size": 8, "deepspeed": true}', "ds.json").trainer_args is None

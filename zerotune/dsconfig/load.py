@@ -74,6 +74,11 @@ class LoadedConfig:
     DeepSpeed."""
     accelerate_path: str | None = None
     """The accelerate config this file was read through (it names this file as deepspeed_config_file)."""
+    trainer_args: dict[str, Any] | None = None
+    """The file as written when it is a trainer's arguments file (dsconfig/trainer_args.py); `data` is then
+    None: the DeepSpeed config is the JSON its `deepspeed` argument names."""
+    trainer_args_path: str | None = None
+    """The trainer's arguments file this file was read through (its `deepspeed` argument names this file)."""
     section: str = ""
     """JSON pointer of the DeepSpeed config inside a launcher config that nests it (`/deepspeed`, see
     `_as_launcher_section`); `data` is then that section, and `locate` looks under it."""
@@ -115,6 +120,8 @@ def pointer_of(*keys: str | int) -> str:
 def load_path(path: str | Path) -> LoadedConfig:
     """Read a file (or "-" for stdin). Unreadable input is an InputError (exit 2); bad syntax is a finding."""
     loaded = _read(path)
+    if loaded.trainer_args is not None:
+        return _through_trainer_args(loaded, path)
     named = _followed(loaded)
     if named is None:
         return loaded
@@ -131,6 +138,25 @@ def load_path(path: str | Path) -> LoadedConfig:
         )
     target.accelerate = loaded.accelerate
     target.accelerate_path = loaded.path
+    return target
+
+
+def _through_trainer_args(loaded: LoadedConfig, path: str | Path) -> LoadedConfig:
+    """The DeepSpeed JSON a trainer's arguments file names, read from the launch folder as HF Trainer reads
+    it; the arguments file itself when that JSON is not found from here."""
+    from zerotune.dsconfig import trainer_args
+
+    named = trainer_args.config_file(loaded.trainer_args or {})
+    if named is None or not is_readable_file(named):
+        return loaded
+    target = _read(named)
+    if target.trainer_args is not None or target.accelerate is not None:
+        raise InputError(  # HF Trainer json.loads the named file: a YAML of arguments there never starts
+            f"{path}: its deepspeed argument {named} is not a DeepSpeed config",
+            hint="name the DeepSpeed JSON in `deepspeed`",
+        )
+    target.trainer_args = loaded.trainer_args
+    target.trainer_args_path = loaded.path
     return target
 
 
@@ -218,7 +244,22 @@ def _as_accelerate(loaded: LoadedConfig) -> LoadedConfig:
         usable = accelerate.uses_deepspeed(loaded.data) and accelerate.config_file(loaded.data) is None
         loaded.data = accelerate.built_config(loaded.data) if usable else None
         return loaded
-    return _as_neox_args(_as_launcher_section(loaded))
+    return _as_trainer_args(_as_neox_args(_as_launcher_section(loaded)))
+
+
+def _as_trainer_args(loaded: LoadedConfig) -> LoadedConfig:
+    """A trainer's arguments file (dsconfig/trainer_args.py): kept as written, no DeepSpeed data of its own."""
+    from zerotune.dsconfig import trainer_args
+
+    if (
+        loaded.parsed
+        and not loaded.section
+        and not loaded.neox_args
+        and trainer_args.is_trainer_args(loaded.data)
+    ):
+        loaded.trainer_args = loaded.data
+        loaded.data = None
+    return loaded
 
 
 # GPT-NeoX (EleutherAI/gpt-neox@ea7aefd8 megatron/neox_arguments): a config file holds NeoX's own arguments
@@ -335,6 +376,18 @@ def config_data(loaded: LoadedConfig) -> dict[str, Any]:
         kind = loaded.accelerate.get("distributed_type")
         raise InputError(
             f"{path} is an accelerate config with distributed_type {kind}: it does not use DeepSpeed"
+        )
+    if loaded.trainer_args is not None and loaded.data is None:
+        from zerotune.dsconfig import trainer_args
+
+        named = trainer_args.config_file(loaded.trainer_args)
+        if named is not None:
+            raise InputError(
+                f"{path} is a trainer's arguments file whose DeepSpeed config {named} is not found from here",
+                hint="run from the launch folder, or pass --config with that file's path",
+            )
+        raise InputError(
+            f"{path} is a trainer's arguments file with an empty `deepspeed`: it does not use DeepSpeed"
         )
     if not isinstance(loaded.data, dict):
         kind = type(loaded.data).__name__
