@@ -242,19 +242,25 @@ def _fill_auto(config, inputs, spec, hardware, recorded, record, world_size, not
         return config
     if not (inputs.hf or (record and record.hf)):
         notices.append('the config has "auto" values (HF Trainer fills them): predicting as HF would')
-    prec = inputs.precision or (recorded.precision if recorded else None)
+    # HF runs with the flag a concrete `"enabled": true` pins (it refuses a mismatch)
+    prec = inputs.precision or (recorded.precision if recorded else None) or hf_auto.pinned_precision(config)
+    known = prec is not None
     if prec is None:
         prec = hardware.default_precision
         # said only where the config leaves the precision to HF: an explicit fp16/bf16 section (an
         # accelerate config's mixed_precision) does not take this value
         if any(hf_auto.has(config, p) and hf_auto.get(config, p) == "auto" for p in ("/fp16/enabled", "/bf16/enabled")):
             notices.append(f'precision "auto": assumed {prec} (HF --{prec}); pass --precision to change')
+            known = True
     mb = inputs.micro_batch or (recorded.micro_batch if recorded else 1)
     ga = inputs.grad_accum or (recorded.grad_accum if recorded else 1)
     values = hf_auto.trainer_values(spec, precision=prec, micro_batch=mb, grad_accum=ga, world_size=world_size)
     if record and record.hf_values and inputs.micro_batch is None and inputs.grad_accum is None and inputs.precision is None:
         values.update(record.hf_values)
-    return hf_auto.fill(config, values)
+    filled = hf_auto.fill(config, values)
+    # accelerate adds the section of the run's mixed precision when the config lacks it; a config that says
+    # nothing of precision leaves the flag unknown, and nothing is added
+    return hf_auto.with_mixed_precision(filled, prec) if known else filled
 
 
 def _check_bf16(workload: Workload, hardware: HardwareProfile) -> None:

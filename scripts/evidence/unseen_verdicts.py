@@ -6,8 +6,11 @@
 None = accepted, else the exception). The path is given as is when the text is JSON, whatever the file's
 name (DeepSpeed opens it with hjson.load, deepspeed/runtime/config.py:443-444); a real YAML file is loaded
 with yaml.safe_load and dumped to JSON first, as a launcher that keeps its DeepSpeed config in YAML does
-(of a SwissArmyTransformer YAML, its `deepspeed:` section as OmegaConf reads it: zerotune's loader).
-HF accelerate launcher configs are skipped: DeepSpeed never reads them.
+(of a SwissArmyTransformer YAML, its `deepspeed:` section as OmegaConf reads it; of a GPT-NeoX config, the
+keys NeoX hands DeepSpeed; of a YAML with OmegaConf `${...}` interpolations, OmegaConf's reading: zerotune's
+loader).
+HF accelerate launcher configs and trainer's arguments files (`deepspeed: ds.json`) are skipped: DeepSpeed
+never reads them.
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ def main(paths: list[str]) -> dict[str, dict[str, str | None]]:
             path = Path(name)
             text = path.read_text(encoding="utf-8")
             given = str(path)
+            if load_path(path).trainer_args is not None:
+                continue  # a trainer's arguments file: DeepSpeed reads the JSON it names, never this file
             try:
                 json.loads(text)
             except ValueError:
@@ -41,11 +46,10 @@ def main(paths: list[str]) -> dict[str, dict[str, str | None]]:
                     data = yaml.safe_load(text)
                     if isinstance(data, dict) and accelerate.is_accelerate_config(data):
                         continue
-                    loaded = load_path(path)
-                    if (
-                        loaded.section
-                    ):  # a launcher's `deepspeed:` section (SwissArmyTransformer) is the config
-                        data = loaded.data
+                    # what the launcher hands DeepSpeed, as zerotune's loader reads it: a
+                    # `deepspeed:` section (SwissArmyTransformer), the keys GPT-NeoX passes on, a Hydra
+                    # YAML as OmegaConf reads it (`1e-4` a float), else the YAML as PyYAML reads it
+                    data = load_path(path).data
                     given = str(Path(tmp) / (path.stem + ".json"))
                     Path(given).write_text(json.dumps(data))
             out[path.name] = {str(w): parser.verdict(given, w) for w in WORLDS}

@@ -200,3 +200,17 @@ def test_one_margin_everywhere():
         row = published.predict_run(run)
         hw = published.run_hardware(run, published.load_run_model(run), resolve(run.ds_config()).precision)
         assert row["fits"] == (row["predicted_memory_bytes"] <= hw.gpu.memory_bytes), run.id
+
+
+def test_options_that_make_no_job_are_one_usage_error(cli, tmp_path):
+    """--world-size 16 on the one-node dgx-h100 is refused whatever the config, as predict refuses it (exit 2,
+    one line). Was: ZT000 "zerotune failed while checking this file" from ZT901, ZT902 and ZT903 on every
+    file of the run (495 on the 178 unseen configs), exit 1."""
+    config = tmp_path / "ds.json"
+    config.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 2}}))
+    for command in (["validate", config], ["predict", "--config", config]):
+        res = cli(*command, "--model", "llama-7b", "--profile", "dgx-h100", "--world-size", "16")
+        assert res.code == 2 and "no inter_node link" in res.stderr, res.stderr
+        assert "ZT000" not in res.stdout and "Traceback" not in res.stderr
+    res = cli("validate", config, "--model", "llama-7b", "--profile", "dgx-h100", "--world-size", "8")
+    assert res.code == 0, res.stdout

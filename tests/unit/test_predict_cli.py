@@ -228,3 +228,42 @@ def test_timeline_text_draws_both_streams():
     assert timeline_text(
         predict_step(model, Workload(gpus_per_node=8), ZeroSettings(), load_profile("dgx-h100"))
     ).startswith("(no timeline")
+
+
+@pytest.mark.parametrize(
+    ("sections", "flags", "runs"),
+    [
+        # accelerate's set_mixed_precision adds the bf16 section HF's --bf16 finds missing (was: fp32)
+        ({"fp16": {"enabled": "auto"}}, [], "bf16"),
+        ({"fp16": {"enabled": "auto"}}, ["--precision", "fp16"], "fp16"),
+        # a concrete `true` pins HF's flag (HF refuses a mismatch): fp16, not the assumed bf16
+        ({"fp16": {"enabled": True}, "bf16": {"enabled": "auto"}}, [], "fp16"),
+        # nothing said of precision: the flag is unknown, DeepSpeed's fp32 stays
+        ({}, [], "fp32"),
+        ({}, ["--precision", "bf16"], "bf16"),
+    ],
+)
+def test_hf_precision_is_what_accelerate_runs(cli, tmp_path, sections, flags, runs):
+    """HF Trainer hands its config to accelerate, whose DeepSpeedPlugin.set_mixed_precision adds the section
+    of the run's mixed precision when it is missing (huggingface/accelerate src/accelerate/utils/
+    dataclasses.py set_mixed_precision, called by AcceleratorState). Was: microsoft/onnxruntime-training-
+    examples mistral zero_stage_2.json (only `"fp16": {"enabled": "auto"}`) predicted in fp32 under the
+    note 'precision "auto": assumed bf16'."""
+    config = tmp_path / "hf.json"
+    config.write_text(
+        json.dumps({"train_micro_batch_size_per_gpu": "auto", "zero_optimization": {"stage": 2}, **sections})
+    )
+    r = cli(
+        "predict",
+        "--config",
+        config,
+        "--model",
+        "llama-7b",
+        "--profile",
+        "dgx-h100",
+        "--hf",
+        "--json",
+        *flags,
+    )
+    assert r.code == 0, r.stderr
+    assert json.loads(r.stdout)["workload"]["precision"] == runs

@@ -79,6 +79,14 @@ def command(
         raise InputError(f"DeepSpeed config {config} not found", hint="check the path")
     record = read_record(config)
     loaded = load_path(config)  # once: a fifo, <(...) or stdin reads once
+    if loaded.trainer_args is not None and not (launch or training_args):
+        # a trainer's arguments file given as --config: its arguments are the job's, as --training-args reads
+        # them; one HF TrainingArguments does not take (axolotl's `bf16: auto`) leaves them out, said
+        arguments = loaded.trainer_args_path or config
+        try:
+            inputs, _, launched = read_inputs(said, None, arguments)
+        except InputError as exc:
+            launched = [f"the training arguments in {arguments} are not read ({exc.message}): pass them as options"]
     raw = config_data(loaded)
     job = resolve_job(inputs, raw, record)
     job.notices[:0] = launched

@@ -84,6 +84,7 @@ def command(
     from zerotune.lint import registry
     from zerotune.lint.context import LintOptions
     from zerotune.lint.files import check_file, expand, skipped_rules
+    from zerotune.lint.rules.resources import check_job_options
     from zerotune.render import console, diagnostics
 
     for flag, value in (
@@ -122,6 +123,7 @@ def command(
         workload=tuple(said.items()),
         verbose=bool(ctx.find_root().params.get("verbose")),
     )
+    check_job_options(options)  # options that make no job are one usage error, not a finding per file
     named = set(files)  # paths given literally; the others came from a glob or a folder walk
     reports = [check_file(path, options, rules, fix, path in named) for path in paths]
     if as_json:

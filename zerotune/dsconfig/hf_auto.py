@@ -155,6 +155,29 @@ def trainer_values(model: ModelSpec, *, precision: str, micro_batch: int, grad_a
     }
 
 
+def pinned_precision(config: dict[str, Any]) -> str | None:
+    """The mixed precision a config fixes for HF Trainer: HF checks a concrete fp16/bf16 `enabled` against
+    --fp16/--bf16 and refuses a mismatch (`fill_match`, docs/deepspeed-facts.md §6), so a config with
+    `"enabled": true` there runs only with that flag."""
+    for name in ("fp16", "bf16"):
+        if has(config, f"/{name}/enabled") and get(config, f"/{name}/enabled") is True:
+            return name
+    return None
+
+
+def with_mixed_precision(config: dict[str, Any], precision: str) -> dict[str, Any]:
+    """The config after accelerate's `DeepSpeedPlugin.set_mixed_precision`, which AcceleratorState calls
+    under HF Trainer too (huggingface/accelerate@16cb6eb8 src/accelerate/utils/dataclasses.py:1415-1446,
+    state.py:973-979): with fp16 or bf16 mixed precision, a config without that section gets it enabled
+    (fp16 with auto_cast). So `--bf16` with a config holding only `"fp16": {"enabled": "auto"}` trains in
+    bf16, not fp32."""
+    if precision not in ("fp16", "bf16") or precision in config:
+        return config
+    out = copy.deepcopy(config)
+    out[precision] = {"enabled": True, "auto_cast": True} if precision == "fp16" else {"enabled": True}
+    return out
+
+
 def to_auto(config: dict[str, Any], *, keep_tuned: bool = False) -> dict[str, Any]:
     """A copy of `config` with every key HF Trainer manages set to "auto" (recommend --hf). With
     `keep_tuned` the hidden-size keys stay concrete: HF fills them only when they are "auto" and never

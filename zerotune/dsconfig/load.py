@@ -74,9 +74,17 @@ class LoadedConfig:
     DeepSpeed."""
     accelerate_path: str | None = None
     """The accelerate config this file was read through (it names this file as deepspeed_config_file)."""
+    trainer_args: dict[str, Any] | None = None
+    """The file as written when it is a trainer's arguments file (dsconfig/trainer_args.py); `data` is then
+    None: the DeepSpeed config is the JSON its `deepspeed` argument names."""
+    trainer_args_path: str | None = None
+    """The trainer's arguments file this file was read through (its `deepspeed` argument names this file)."""
     section: str = ""
     """JSON pointer of the DeepSpeed config inside a launcher config that nests it (`/deepspeed`, see
     `_as_launcher_section`); `data` is then that section, and `locate` looks under it."""
+    neox_args: tuple[str, ...] = ()
+    """The GPT-NeoX arguments of a NeoX config file (`_as_neox_args`), as written: NeoX keeps them, and
+    `data` is then the rest, what NeoX hands DeepSpeed."""
     _line_starts: list[int] = field(default_factory=list, repr=False)
 
     def position(self, offset: int | None) -> tuple[int | None, int | None]:
@@ -112,6 +120,8 @@ def pointer_of(*keys: str | int) -> str:
 def load_path(path: str | Path) -> LoadedConfig:
     """Read a file (or "-" for stdin). Unreadable input is an InputError (exit 2); bad syntax is a finding."""
     loaded = _read(path)
+    if loaded.trainer_args is not None:
+        return _through_trainer_args(loaded, path)
     named = _followed(loaded)
     if named is None:
         return loaded
@@ -128,6 +138,25 @@ def load_path(path: str | Path) -> LoadedConfig:
         )
     target.accelerate = loaded.accelerate
     target.accelerate_path = loaded.path
+    return target
+
+
+def _through_trainer_args(loaded: LoadedConfig, path: str | Path) -> LoadedConfig:
+    """The DeepSpeed JSON a trainer's arguments file names, read from the launch folder as HF Trainer reads
+    it; the arguments file itself when that JSON is not found from here."""
+    from zerotune.dsconfig import trainer_args
+
+    named = trainer_args.config_file(loaded.trainer_args or {})
+    if named is None or not is_readable_file(named):
+        return loaded
+    target = _read(named)
+    if target.trainer_args is not None or target.accelerate is not None:
+        raise InputError(  # HF Trainer json.loads the named file: a YAML of arguments there never starts
+            f"{path}: its deepspeed argument {named} is not a DeepSpeed config",
+            hint="name the DeepSpeed JSON in `deepspeed`",
+        )
+    target.trainer_args = loaded.trainer_args
+    target.trainer_args_path = loaded.path
     return target
 
 
@@ -195,7 +224,7 @@ def _load_yaml(text: str, name: str) -> LoadedConfig:
 
     loaded = LoadedConfig(path=name, text=text)
     try:
-        loaded.data = yaml.safe_load(text)
+        loaded.data = _omegaconf_yaml(text) if _INTERPOLATION.search(text) else yaml.safe_load(text)
         loaded.parsed = True
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
@@ -215,7 +244,64 @@ def _as_accelerate(loaded: LoadedConfig) -> LoadedConfig:
         usable = accelerate.uses_deepspeed(loaded.data) and accelerate.config_file(loaded.data) is None
         loaded.data = accelerate.built_config(loaded.data) if usable else None
         return loaded
-    return _as_launcher_section(loaded)
+    return _as_trainer_args(_as_neox_args(_as_launcher_section(loaded)))
+
+
+def _as_trainer_args(loaded: LoadedConfig) -> LoadedConfig:
+    """A trainer's arguments file (dsconfig/trainer_args.py): kept as written, no DeepSpeed data of its own."""
+    from zerotune.dsconfig import trainer_args
+
+    if (
+        loaded.parsed
+        and not loaded.section
+        and not loaded.neox_args
+        and trainer_args.is_trainer_args(loaded.data)
+    ):
+        loaded.trainer_args = loaded.data
+        loaded.data = None
+    return loaded
+
+
+# GPT-NeoX (EleutherAI/gpt-neox@ea7aefd8 megatron/neox_arguments): a config file holds NeoX's own arguments
+# (model shape, data, logging) next to DeepSpeed's keys, `-` and `_` alike (arguments.py `from_ymls`
+# replaces "-" with "_"); NeoX hands DeepSpeed only the fields of NeoXArgsDeepspeedConfig
+# (deepspeed_args.py:29-282) plus the items of `deepspeed_extra_args` (arguments.py
+# `get_parent_class_value_dict_extra_ds`). A file is NeoX's when it names two of its model-shape arguments,
+# which no DeepSpeed config has.
+NEOX_SHAPE_ARGS = frozenset({"num_layers", "hidden_size", "num_attention_heads", "seq_length"})
+NEOX_DEEPSPEED_KEYS = frozenset(
+    {
+        "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "optimizer",
+        "scheduler", "fp32_allreduce", "prescale_gradients", "gradient_predivide_factor", "sparse_gradients",
+        "fp16", "bf16", "amp", "gradient_clipping", "zero_optimization", "curriculum_learning",
+        "steps_per_print", "wall_clock_breakdown", "dump_state", "flops_profiler", "communication_data_type",
+        "autotuning", "activation_checkpointing", "sparse_attention", "data_efficiency", "tensorboard",
+        "wandb", "csv_monitor", "elasticity", "comms_logger", "compression_training", "checkpoint",
+        "data_types",
+    }
+)  # fmt: skip
+
+
+def _as_neox_args(loaded: LoadedConfig) -> LoadedConfig:
+    """A GPT-NeoX config file: `data` the DeepSpeed config NeoX builds from it (see NEOX_DEEPSPEED_KEYS; a
+    key DeepSpeed itself reads is kept too), `neox_args` the keys NeoX keeps. Read whole, each NeoX argument
+    (`num-layers`, `vocab-file`, ...) looks like a key DeepSpeed silently ignores."""
+    from zerotune.dsconfig import schema
+
+    data = loaded.data
+    if not (loaded.parsed and not loaded.section and isinstance(data, dict)):
+        return loaded
+    names = {str(k).replace("-", "_"): k for k in data}
+    if len(NEOX_SHAPE_ARGS & set(names)) < 2:
+        return loaded
+    top = set(schema.SECTIONS[""].keys)
+    passed = {name: data[key] for name, key in names.items() if name in NEOX_DEEPSPEED_KEYS or name in top}
+    extra = data.get("deepspeed_extra_args")
+    if isinstance(extra, dict):
+        passed.update(extra)
+    loaded.neox_args = tuple(str(key) for name, key in names.items() if name not in passed)
+    loaded.data = passed
+    return loaded
 
 
 def _as_launcher_section(loaded: LoadedConfig) -> LoadedConfig:
@@ -241,6 +327,12 @@ def _as_launcher_section(loaded: LoadedConfig) -> LoadedConfig:
 # A float as OmegaConf's YAML loader resolves it (omry/omegaconf omegaconf/_utils.py `get_yaml_loader`): YAML
 # 1.1's rule plus an exponent without a dot (`1e-8`, `5e8`), which PyYAML alone leaves a string.
 _OMEGACONF_FLOAT = re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+)$")
+
+
+# An OmegaConf interpolation (`${learning_rate}`, `${oc.env:X}`) marks a YAML that Hydra/OmegaConf loads
+# (microsoft/unilm PFPO conf/deepspeed/*.yaml, composed by Hydra): no other YAML reader resolves it, and that
+# loader reads `1e-4` as a float (see _OMEGACONF_FLOAT), where PyYAML alone keeps the string "1e-4".
+_INTERPOLATION = re.compile(r"\$\{[^}\n]+\}")
 
 
 def _omegaconf_yaml(text: str) -> Any:
@@ -284,6 +376,18 @@ def config_data(loaded: LoadedConfig) -> dict[str, Any]:
         kind = loaded.accelerate.get("distributed_type")
         raise InputError(
             f"{path} is an accelerate config with distributed_type {kind}: it does not use DeepSpeed"
+        )
+    if loaded.trainer_args is not None and loaded.data is None:
+        from zerotune.dsconfig import trainer_args
+
+        named = trainer_args.config_file(loaded.trainer_args)
+        if named is not None:
+            raise InputError(
+                f"{path} is a trainer's arguments file whose DeepSpeed config {named} is not found from here",
+                hint="run from the launch folder, or pass --config with that file's path",
+            )
+        raise InputError(
+            f"{path} is a trainer's arguments file with an empty `deepspeed`: it does not use DeepSpeed"
         )
     if not isinstance(loaded.data, dict):
         kind = type(loaded.data).__name__

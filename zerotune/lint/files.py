@@ -103,7 +103,8 @@ def check_file(
     try:
         found = lint(loaded, options, rules)
         fixed = 0
-        if fix and loaded.accelerate is None and any(d.fix for d in found):  # never rewrite a file not named
+        launcher = loaded.accelerate is not None or loaded.trainer_args is not None
+        if fix and not launcher and any(d.fix for d in found):  # never rewrite a file not named
             new_text, fixed = apply_fixes(loaded, found)
             if fixed:
                 write_through(path, new_text)

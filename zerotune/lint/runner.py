@@ -18,8 +18,8 @@ def lint(
     """All findings for one file, sorted by position. Rules only run on what they can read:
     syntax rules always, the others only when the file parsed to an object."""
     options = options or LintOptions()
-    if loaded.accelerate is not None:
-        options = replace(options, hf=True)  # accelerate fills the "auto" values it writes
+    if loaded.accelerate is not None or loaded.trainer_args is not None:
+        options = replace(options, hf=True)  # accelerate / HF Trainer fill the "auto" values
     ctx = Context(loaded, options)
     chosen = registry.all_rules() if rules is None else tuple(rules)
     parsed = loaded.parsed and isinstance(loaded.data, dict)

@@ -12,7 +12,7 @@ from functools import cache
 from typing import Any
 
 from zerotune.dsconfig.load import pointer_of
-from zerotune.lint.context import Context
+from zerotune.lint.context import Context, LintOptions
 from zerotune.lint.diagnostic import Diagnostic, Severity
 from zerotune.lint.rule import Rule
 from zerotune.model.fit import padded
@@ -83,18 +83,32 @@ def judged(ctx: Context) -> tuple[Any, Any, Any] | None:
     return ctx.memo["job"]
 
 
-def _judge(ctx: Context) -> tuple[Any, Any, Any]:
-    o = ctx.options
+def _inputs(o: LintOptions) -> Any:
     from zerotune.catalog.hardware import DEFAULT_PROFILE
-    from zerotune.job import resolve_job
     from zerotune.schema.job import JobInputs
-    from zerotune.schema.record import read_record
 
-    inputs = JobInputs(
+    return JobInputs(
         model=o.model, profile=o.profile or DEFAULT_PROFILE, gpus=o.gpus, world_size=o.world_size,
         gpu_memory=o.gpu_memory_gib, seq_len=o.seq_len, checkpointing=o.checkpointing,
         checkpoint_in_cpu=o.checkpoint_in_cpu, margin=o.margin, hf=o.hf, **dict(o.workload),
     )  # fmt: skip
+
+
+def check_job_options(o: LintOptions) -> None:
+    """Raise the InputError of options that make no job whatever the config (--world-size 16 on a one-node
+    profile), once, as predict does (exit 2): raised inside the memory rules it became a ZT000 "zerotune
+    failed" on every file of the run, three times each."""
+    if o.model and (o.profile or o.gpu_memory_gib):
+        from zerotune.job import resolve_job
+
+        resolve_job(_inputs(o), None, None)
+
+
+def _judge(ctx: Context) -> tuple[Any, Any, Any]:
+    from zerotune.job import resolve_job
+    from zerotune.schema.record import read_record
+
+    inputs = _inputs(ctx.options)
     job = resolve_job(inputs, ctx.config, read_record(ctx.loaded.path))  # the job recommend wrote it for
     memory = job.memory()
     return memory, job.verdict(memory), job.workload

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from zerotune.dsconfig.load import LoadedConfig
 from zerotune.lint.context import Context
 from zerotune.lint.diagnostic import Diagnostic, Severity
 from zerotune.lint.rule import Rule
@@ -197,7 +198,8 @@ class RootNotObject(Rule):
 
     def check(self, ctx: Context) -> Iterator[Diagnostic]:
         data = ctx.loaded.data
-        if ctx.loaded.parsed and ctx.loaded.accelerate is None and not isinstance(data, dict):
+        launcher = ctx.loaded.accelerate is not None or ctx.loaded.trainer_args is not None
+        if ctx.loaded.parsed and not launcher and not isinstance(data, dict):
             kind = {list: "a list", str: "a string", bool: "a boolean"}.get(type(data), type(data).__name__)
             if data is None:
                 kind = "null"
@@ -217,7 +219,10 @@ class AccelerateConfig(Rule):
     with `--hf`. When `distributed_type` is not DEEPSPEED, DeepSpeed is not used. Likewise a launcher YAML
     that keeps the DeepSpeed config in a `deepspeed:` mapping next to its own keys (SwissArmyTransformer's
     `args:`/`data:`/`deepspeed:` files, read with OmegaConf, where `1e-8` is a number) is checked as that
-    mapping.
+    mapping, a GPT-NeoX config (model-shape arguments such as `num-layers` next to DeepSpeed's keys) as
+    the DeepSpeed keys NeoX passes on, and a trainer's arguments file (HF TrainingArguments, TRL,
+    LLaMA-Factory or axolotl YAML/JSON with `deepspeed: ds.json`) as the JSON it names, read from the launch
+    folder with HF's "auto" filling (`deepspeed:` empty: DeepSpeed is not used).
 
     ## Why is this bad?
     It is not: it is information. Read as a DeepSpeed config, every launcher key (num_processes,
@@ -236,6 +241,7 @@ class AccelerateConfig(Rule):
     ## References
     - huggingface/accelerate src/accelerate/utils/dataclasses.py `DeepSpeedPlugin.__post_init__`
     - THUDM/CogVideo sat/arguments.py `process_config_to_args` (args.deepspeed_config = config["deepspeed"])
+    - EleutherAI/gpt-neox megatron/neox_arguments/arguments.py `deepspeed_config` (NeoXArgsDeepspeedConfig)
     """
 
     code = "ZT006"
@@ -247,7 +253,16 @@ class AccelerateConfig(Rule):
         from zerotune.dsconfig import accelerate
 
         raw = ctx.loaded.accelerate
+        if ctx.loaded.trainer_args is not None:
+            yield self.emit(ctx, "", detail=_trainer_args_detail(ctx.loaded))
+            return
         if raw is None:
+            if ctx.loaded.neox_args:
+                detail = (
+                    f"a GPT-NeoX config: DeepSpeed gets the keys NeoX passes on (NeoXArgsDeepspeedConfig), "
+                    f"checked as such; its {len(ctx.loaded.neox_args)} NeoX arguments are NeoX's own"
+                )
+                yield self.emit(ctx, "", detail=detail)
             if ctx.loaded.section:
                 detail = (
                     f"a launcher config (SwissArmyTransformer YAML): its `{ctx.loaded.section[1:]}` section is "
@@ -270,6 +285,17 @@ class AccelerateConfig(Rule):
                 "an HF accelerate config: checked as the DeepSpeed config accelerate builds from its options"
             )
         yield self.emit(ctx, "", detail=detail)
+
+
+def _trainer_args_detail(loaded: LoadedConfig) -> str:
+    from zerotune.dsconfig import trainer_args
+
+    if loaded.trainer_args_path is not None:
+        return f"read through the trainer's arguments {loaded.trainer_args_path} (its `deepspeed`), as HF Trainer fills it"
+    named = trainer_args.config_file(loaded.trainer_args)
+    if named is None:
+        return "a trainer's arguments file with an empty `deepspeed`: DeepSpeed is not used, nothing to check"
+    return f"a trainer's arguments file whose DeepSpeed config {named} is not found from here: run from the launch folder"
 
 
 class InternalError(Rule):

@@ -538,10 +538,14 @@ class UnsupportedOptimizer(Rule):
             raw.lower() in schema.DEEPSPEED_OPTIMIZERS or raw in schema.TORCH_OPTIMIZERS
         ):
             return
-        if ctx.loaded.section and isinstance(raw, str) and raw.startswith("sat."):
+        if isinstance(raw, str) and raw.startswith("sat."):
             # SwissArmyTransformer imports a `sat.` type itself, passes it to deepspeed.initialize as the
             # client optimizer and deletes the section (sat/training/deepspeed_training.py
-            # setup_model_untrainable_params_and_optimizer): DeepSpeed never reads this type.
+            # setup_model_untrainable_params_and_optimizer, THUDM/SwissArmyTransformer@63dc23ae lines
+            # 213-221): DeepSpeed never reads this type. SAT does so for a JSON given as --deepspeed_config
+            # (sat/arguments.py:419-421 json.load) as for its YAML's `deepspeed:` section, so the `sat.`
+            # prefix, not the file's form, says who builds it; with a client optimizer DeepSpeed never
+            # checks the config's type (deepspeed/runtime/engine.py:2016-2019, 0.19.8).
             detail = " (SwissArmyTransformer builds it and removes the section: DeepSpeed never sees it)"
             yield self.emit(
                 ctx, "/optimizer/type", severity=Severity.INFO, value=schema._short(raw), detail=detail
