@@ -197,7 +197,6 @@ def resolve_job(inputs: JobInputs, config: dict[str, Any] | None = None, record:
             "autocast": options.get("autocast", resolved.autocast),
         }
     workload = base.model_copy(update=update)
-    _check_bf16(workload, hardware)
     section = (filled or {}).get("activation_checkpointing")
     if isinstance(section, dict) and section.get("cpu_checkpointing") is True and not workload.checkpoint_in_cpu:
         notices.append(
@@ -273,9 +272,12 @@ def _check_bf16(workload: Workload, hardware: HardwareProfile) -> None:
 
 
 def check_step_inputs(job: Job) -> None:
-    """A step time needs the profile's FLOP/s at the job's precision (memory does not)."""
+    """A step time needs the profile's FLOP/s at the job's precision and a GPU that runs it; memory needs
+    neither (a bf16 config's bytes are the same on a GPU without bf16, so `memory` and validate's memory
+    rules judge it; raised while resolving the job it was a ZT000 "zerotune failed" in validate)."""
     from zerotune.model.compute import achieved_flops
 
+    _check_bf16(job.workload, job.hardware)
     try:
         achieved_flops(job.hardware, job.workload.precision)
     except ValueError as exc:
