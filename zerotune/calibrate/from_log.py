@@ -144,10 +144,12 @@ def contradictions(observations: list[Observation], profile: HardwareProfile) ->
         if measured is None or band is None:
             continue
         est = predict(obs, profile)
-        err = pct(est.step_time_s, measured.value)
+        # the band is a throughput band (zerotune/model/band.py, catalog/trust.py): the profile's tokens/s
+        # over the run's, minus 1 (> 0: the profile expects more than the run did)
+        err = pct(measured.value, est.step_time_s)
         if abs(err) <= band[0]:
             continue
-        if err > 0:
+        if err < 0:
             why = "the run is faster than the profile describes: the profile is not this machine's (a faster GPU or link)"
         else:
             why = (
@@ -162,7 +164,7 @@ def contradictions(observations: list[Observation], profile: HardwareProfile) ->
                 )
         out.append(
             f"{obs.label}: measured step {measured.value:.3g} s ({measured.source}), the profile predicts "
-            f"{est.step_time_s:.3g} s ({err:+.0f}%, outside its +-{band[0]:.0f}% band, {band[1]}): {why}"
+            f"{est.step_time_s:.3g} s (throughput {err:+.0f}%, outside its +-{band[0]:.0f}% band, {band[1]}): {why}"
         )
     return out
 
@@ -218,10 +220,10 @@ def fit_logs(observations: list[Observation], profile: HardwareProfile, *, versi
     timed = [r for r in rows if r.measured_step_s and r.after_step_s]
     if len(timed) >= 2 and band is not None:
         for r in timed:
-            err = pct(r.after_step_s, r.measured_step_s)  # type: ignore[arg-type]
+            err = pct(r.measured_step_s, r.after_step_s)  # type: ignore[arg-type]  # throughput, as the band
             if abs(err) > band[0]:
                 findings.append(
-                    f"{r.label}: after fitting all runs together it is still {err:+.0f}% off: it disagrees with the "
+                    f"{r.label}: after fitting all runs together its throughput is still {err:+.0f}% off: it disagrees with the "
                     "other runs of this machine (a slow node, or a job that differs from what the log says)"
                 )
     loo = leave_one_out(observations, profile) if len(timed) >= 2 else []
