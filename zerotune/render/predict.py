@@ -68,8 +68,9 @@ def memory_breakdown_table(memory: MemoryEstimate, *, title: str | None = None) 
 
 
 def step_table(estimate: StepEstimate, *, title: str | None = None, expected: str = "") -> Table:
-    """Where the step's time goes, and the throughput it gives; `expected`: the profile's expected
-    step-time error, quoted next to the step time."""
+    """Where the step's time goes, and the throughput it gives; `expected`: the job's expected error,
+    quoted next to tokens/s: the bands are throughput errors (|predicted tokens/s / measured - 1|,
+    zerotune/model/band.py), which a step time would read asymmetrically (-50% throughput is +100% time)."""
     table = Table(title=title, title_justify="left")
     table.add_column("step", no_wrap=True)
     table.add_column("time", justify="right")
@@ -84,8 +85,8 @@ def step_table(estimate: StepEstimate, *, title: str | None = None, expected: st
         table.add_row(name, fmt_seconds(value), f"{value / step:.0%}")
     table.add_row("communication stream busy (total)", fmt_seconds(estimate.comm_s), "", style="dim")
     table.add_section()
-    table.add_row("step time", fmt_seconds(estimate.step_time_s), expected)
-    table.add_row("tokens/s (all ranks)", f"{estimate.tokens_per_s:,.0f}", "")
+    table.add_row("step time", fmt_seconds(estimate.step_time_s), "")
+    table.add_row("tokens/s (all ranks)", f"{estimate.tokens_per_s:,.0f}", expected)
     table.add_row("MFU", f"{estimate.mfu:.1%}" if estimate.mfu is not None else "n/a", "")
     table.add_row("bottleneck", estimate.bottleneck, "")
     return table
