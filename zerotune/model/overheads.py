@@ -154,7 +154,7 @@ GLOBAL_PRIOR = OverheadSpec(
     per_layer_launch_s=1.6e-3,
     cpu_adam_thread_params_per_s=2.0e8,
     origin="published",
-    source="global prior fitted across all 42 timed published sources (144 timed runs; "
+    source="global prior fitted across all 45 timed published sources (153 timed runs, 2026-11-28; "
     "scripts/evidence/fit_published.py), judged leave-one-source-out (scripts/evidence/loso.py)",
 )
 """One prior for every GPU profile that leaves a term null: fitted once across ALL published sources
