@@ -19,3 +19,27 @@ def test_a_failed_infiniband_work_completion_is_an_nccl_error() -> None:
     # other NCCL warnings alone are not a failure (CUDA library lookup, printed by healthy runs too)
     benign = "host:1:1 [0] misc/cudawrap.cc:90 NCCL WARN Failed to find CUDA library in (null) (NCCL_CUDA_PATH=(null))\n"
     assert diagnose(benign.encode()).exit_code == 0
+
+
+KILLS = (
+    "[2024-05-01 10:00:01,000] [INFO] [launch.py:315:sigkill_handler] Killing subprocess 4001\n"
+    "[2024-05-01 10:00:02,000] [ERROR] [launch.py:321:sigkill_handler] ['python', '-u', 'train.py', '--local_rank=0'] "
+    "exits with return code = -6\n"
+)
+
+
+def test_a_native_assertion_is_the_failure_not_the_oom_killer() -> None:
+    """glibc's `file.cpp:N: ...: Assertion `...' failed.` is a C++ op aborting the rank (SIGABRT); the launcher's
+    kills after it are not host OOM (DeepSpeed#4888, the aio op's completion check: read as host_oom). In
+    DeepSpeed's aio sources it is an NVMe/async-I/O failure; elsewhere a failure no cause names."""
+    aio = (
+        "python3: /usr/lib/python3/dist-packages/deepspeed/ops/csrc/aio/py_lib/deepspeed_aio_thread.cpp:40: "
+        "void deepspeed_aio_thread_t::run(): Assertion `ret == 0' failed.\n"
+    )
+    report = diagnose((aio + KILLS).encode())
+    assert report.diagnosis.cause == "nvme_aio" and report.exit_code == 1 and report.fix is not None
+    other = "python: /src/csrc/lion/cpu_lion_impl.cpp:88: void Step(): Assertion `_param_size > 0' failed.\n"
+    report = diagnose((other + KILLS).encode())
+    assert report.diagnosis.cause == "unclassified" and report.exit_code == 1
+    # the launcher's kills alone stay the OOM killer's
+    assert diagnose(KILLS.replace("= -6", "= -9").encode()).diagnosis.cause == "host_oom"

@@ -37,6 +37,11 @@ _FAILED_EXIT = re.compile(
     r"|[Pp]rocess (?:exited|finished) with (?:exit )?code (-?\d+)|died with <Signals\.SIG\w+: (\d+)>"
 )
 _FAILED = ("ChildFailedError", "Segmentation fault", "core dumped", "Fatal Python error")
+_NATIVE_ASSERT = re.compile(r"\.(?:c|cc|cpp|cxx|cu|cuh|h|hpp):\d+: .*Assertion [`'].*' failed")
+"""glibc's assert() message (`prog: file.cpp:125: int f(...): Assertion `expr' failed.`): a C++ op aborted the
+process (SIGABRT, exit -6) with its own message, so the launcher's kills after it are not the OOM killer's
+(DeepSpeed#4888: the aio op's completion check, read as host OOM)."""
+SIGABRT_EXIT = -6
 
 
 def _failed(hit: Hit) -> None:
@@ -49,6 +54,8 @@ def _failed(hit: Hit) -> None:
             hit.scan.add(hit.scan.exits, Event(hit.line, "exit", code))
     elif hit.says(*_FAILED):
         hit.scan.add(hit.scan.exits, Event(hit.line, next(p for p in _FAILED if p in text)))
+    elif _NATIVE_ASSERT.search(text):
+        hit.scan.add(hit.scan.exits, Event(hit.line, "exit", SIGABRT_EXIT))
 
 
 _SIGBUS = re.compile(
