@@ -43,3 +43,31 @@ def test_a_native_assertion_is_the_failure_not_the_oom_killer() -> None:
     assert report.diagnosis.cause == "unclassified" and report.exit_code == 1
     # the launcher's kills alone stay the OOM killer's
     assert diagnose(KILLS.replace("= -6", "= -9").encode()).diagnosis.cause == "host_oom"
+
+
+def test_a_size_the_parallel_layout_must_divide_is_a_rejected_setting() -> None:
+    """DeepSpeed's and Megatron's divisibility assertions refuse a layout at start-up (BioNeMo#784's
+    num_layers vs pipeline size, FAMBench PR 103's "4 is not divisible by 8": both unclassified); the fix is a
+    size, not an install."""
+    megatron = (
+        "[rank3]: AssertionError: world size (12) is not divisible by tensor model parallel size (8) times "
+        "pipeline model parallel size (1)\n"
+    )
+    report = diagnose(megatron.encode())
+    assert report.diagnosis.cause == "config_rejected" and report.exit_code == 1
+    assert report.fix is not None and "divide" in report.fix.text
+    assert diagnose(b"AssertionError: 6 is not divisible by 4\n").diagnosis.cause == "config_rejected"
+    # a divisibility remark that is no exception is not a refusal
+    assert diagnose(b"INFO: hidden size 4096 is divisible by 64 heads\n").diagnosis.cause == "none"
+
+
+def test_transformers_refusing_a_device_map_under_zero3_is_a_rejected_setting() -> None:
+    """from_pretrained with a device_map or low_cpu_mem_usage under ZeRO-3 is refused (LLamaTuner#69:
+    unclassified); the fix removes them (or aligns the versions when the script sets neither)."""
+    line = (
+        "[rank1]: ValueError: DeepSpeed Zero-3 is not compatible with `low_cpu_mem_usage=True` or with passing a "
+        "`device_map`.\n"
+    )
+    report = diagnose(line.encode())
+    assert report.diagnosis.cause == "config_rejected" and report.exit_code == 1
+    assert report.fix is not None and "device_map" in report.fix.changes[0].key
