@@ -71,3 +71,27 @@ def test_transformers_refusing_a_device_map_under_zero3_is_a_rejected_setting() 
     report = diagnose(line.encode())
     assert report.diagnosis.cause == "config_rejected" and report.exit_code == 1
     assert report.fix is not None and "device_map" in report.fix.changes[0].key
+
+
+DEL_BLOCK = (
+    "Exception ignored in: <function DeepSpeedCPUAdam.__del__ at 0x7f0000000000>\n"
+    "Traceback (most recent call last):\n"
+    '  File "/opt/venv/lib/python3.10/site-packages/deepspeed/ops/adam/cpu_adam.py", line 102, in __del__\n'
+    "    self.ds_opt_adam.destroy_adam(self.opt_id)\n"
+    "AttributeError: 'DeepSpeedCPUAdam' object has no attribute 'ds_opt_adam'\n"
+)
+
+
+def test_the_cpu_adam_destructor_after_the_optimizers_own_refusal_is_not_a_missing_op() -> None:
+    """DeepSpeedCPUAdam's __del__ fails on `ds_opt_adam` whenever its __init__ failed; when torch.optim refused the
+    parameters first (DeepSpeed#5071: an empty parameter list, read as op_build) that refusal is the failure."""
+    refusal = (
+        "TypeError: params argument given to the optimizer should be an iterable of Tensors or dicts, "
+        "but got torch.FloatTensor\n"
+    )
+    report = diagnose((refusal + DEL_BLOCK).encode())
+    assert report.diagnosis.cause == "unclassified" and report.exit_code == 1
+    # the destructor's error alone, or after the op failed to load, is still the op
+    assert diagnose(DEL_BLOCK.encode()).diagnosis.cause == "op_build"
+    load = "ImportError: /root/.cache/torch_extensions/py39_cu118/cpu_adam/cpu_adam.so: cannot open shared object file\n"
+    assert diagnose((load + DEL_BLOCK).encode()).diagnosis.cause == "op_build"

@@ -22,6 +22,7 @@ def _traceback(hit: Hit) -> None:
 
 def _exception(hit: Hit) -> None:
     if EXCEPTION_LINE.match(hit.line.text):
+        hit.scan.exception_before_last = hit.scan.last_exception
         hit.scan.last_exception = hit.line
         hit.scan.add(hit.scan.exceptions, hit.line)
 
