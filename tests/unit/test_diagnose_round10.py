@@ -95,3 +95,19 @@ def test_the_cpu_adam_destructor_after_the_optimizers_own_refusal_is_not_a_missi
     assert diagnose(DEL_BLOCK.encode()).diagnosis.cause == "op_build"
     load = "ImportError: /root/.cache/torch_extensions/py39_cu118/cpu_adam/cpu_adam.so: cannot open shared object file\n"
     assert diagnose((load + DEL_BLOCK).encode()).diagnosis.cause == "op_build"
+
+
+def test_an_autotuner_log_that_ends_on_a_launched_experiment_is_a_hang() -> None:
+    """DeepSpeed's autotuner launches each experiment afresh; a log whose last line starts one and never reports
+    it done waits on it (DeepSpeed#4100: no failure at exit 0). A reported experiment is not a hang."""
+    launch = (
+        "[2024-02-01 09:00:00,000] [INFO] [scheduler.py:378:run_experiment] Launching exp_id = 3, "
+        "exp_name = z2_gas1_tmbspg8, with resource = localhost:0,1, and ds_config = /tmp/at/z2/ds_config.json\n"
+    )
+    report = diagnose(launch.encode())
+    assert report.diagnosis.cause == "hang" and report.exit_code == 1 and report.fix is not None
+    done = (
+        "[2024-02-01 09:04:00,000] [INFO] [scheduler.py:393:run_experiment] Done running exp_id = 3, "
+        "exp_name = z2_gas1_tmbspg8, with resource = localhost:0,1\n"
+    )
+    assert diagnose((launch + done).encode()).diagnosis.cause == "none"
