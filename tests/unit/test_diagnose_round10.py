@@ -111,3 +111,14 @@ def test_an_autotuner_log_that_ends_on_a_launched_experiment_is_a_hang() -> None
         "exp_name = z2_gas1_tmbspg8, with resource = localhost:0,1\n"
     )
     assert diagnose((launch + done).encode()).diagnosis.cause == "none"
+
+
+def test_a_cuda_device_side_assertion_alone_is_a_failure() -> None:
+    """CUDA's device-side assert (a kernel's `Assertion `...` failed.`, e.g. an embedding index out of bounds) has
+    the shape of glibc's; alone in a log it was no failure at exit 0."""
+    line = (
+        "/pytorch/aten/src/ATen/native/cuda/ScatterGatherKernel.cu:365: operator(): block: [12,0,0], thread: [64,0,0] "
+        "Assertion `idx_dim >= 0 && idx_dim < index_size && \"index out of bounds\"` failed.\n"
+    )
+    report = diagnose(line.encode())
+    assert report.diagnosis.cause == "unclassified" and report.exit_code == 1

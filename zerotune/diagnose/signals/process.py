@@ -38,10 +38,12 @@ _FAILED_EXIT = re.compile(
     r"|[Pp]rocess (?:exited|finished) with (?:exit )?code (-?\d+)|died with <Signals\.SIG\w+: (\d+)>"
 )
 _FAILED = ("ChildFailedError", "Segmentation fault", "core dumped", "Fatal Python error")
-_NATIVE_ASSERT = re.compile(r"\.(?:c|cc|cpp|cxx|cu|cuh|h|hpp):\d+: .*Assertion [`'].*' failed")
+_NATIVE_ASSERT = re.compile(r"\.(?:c|cc|cpp|cxx|cu|cuh|h|hpp):\d+: .*Assertion [`'].*[`'] failed")
 """glibc's assert() message (`prog: file.cpp:125: int f(...): Assertion `expr' failed.`): a C++ op aborted the
 process (SIGABRT, exit -6) with its own message, so the launcher's kills after it are not the OOM killer's
-(DeepSpeed#4888: the aio op's completion check, read as host OOM)."""
+(DeepSpeed#4888: the aio op's completion check, read as host OOM). CUDA's device-side assert prints the same
+shape from a kernel (`IndexKernel.cu:93: operator(): block: [0,0,0], thread: [0,0,0] Assertion `...` failed.`,
+an index out of bounds, R1-V#10) and the process fails on the next CUDA call."""
 SIGABRT_EXIT = -6
 
 
