@@ -179,6 +179,8 @@ class Scan:
     memory_reports: list[MemoryReport] = field(default_factory=list)
     tracebacks: int = 0
     last_exception: LogLine | None = None
+    exception_before_last: LogLine | None = None
+    """the exception line before last_exception (what a destructor's error after it followed)"""
     exceptions: list[LogLine] = field(default_factory=list)
     """exception lines (`RuntimeError: ...`), the first ones"""
     exits: list[Event] = field(default_factory=list)

@@ -85,6 +85,20 @@ def nccl_error(d: Diagnosis, scan: Scan, job: Job) -> FixOut:
             ],
             "Do not hard-code a CUDA device; let the launcher's LOCAL_RANK choose it.",
         )
+    if "ib_completion" in details:
+        # a failed InfiniBand work completion (status 12: retries exhausted) is the fabric between the two
+        # GPUs, not the job: NCCL_IB_TIMEOUT/NCCL_IB_RETRY_CNT tune how long it retries (NCCL's env docs)
+        return unchecked(
+            [
+                Change(
+                    key="(environment) NCCL_IB_HCA / NCCL_IB_GID_INDEX",
+                    old=None,
+                    new="the HCAs and GID the fabric routes",
+                    reason="InfiniBand work completions failed between the ranks the WARN lines name: check the link (ibstat) and the RoCE GID",
+                )
+            ],
+            "A fabric problem, not the DeepSpeed config; NCCL_IB_DISABLE=1 confirms it by running over sockets.",
+        )
     return unchecked(
         [
             Change(

@@ -8,7 +8,7 @@ from zerotune.diagnose.causes.stopped import OLD_COMPILER_TITLE
 from zerotune.diagnose.explain import Job
 from zerotune.diagnose.records import Scan
 from zerotune.diagnose.report import Change, Diagnosis, FixOut
-from zerotune.diagnose.signals.config import ACCELERATE_PLUGIN
+from zerotune.diagnose.signals.config import ACCELERATE_PLUGIN, PARALLEL_LAYOUT, ZERO3_LOADING
 from zerotune.diagnose.signals.memory import unset_swapper
 
 
@@ -37,6 +37,33 @@ def config_rejected(d: Diagnosis, scan: Scan, job: Job) -> FixOut:
                 )
             )
         return unchecked(changes, "Keep the DeepSpeed settings in the DeepSpeed config file only.")
+    if rej is not None and rej.model == PARALLEL_LAYOUT:
+        sizes = ", ".join(f.field for f in rej.fields)
+        return unchecked(
+            [
+                Change(
+                    key=f"(launch) {sizes}",
+                    old="not a divisor",
+                    new="sizes that divide each other",
+                    reason=(rej.fields[0].message or "a size the parallel layout must divide")[:200],
+                )
+            ],
+            "Pick the GPU count, tensor/pipeline/expert-parallel sizes and the layer or expert count so each "
+            "divides the one it splits.",
+        )
+    if rej is not None and rej.model == ZERO3_LOADING:
+        return unchecked(
+            [
+                Change(
+                    key="(script) from_pretrained(device_map=..., low_cpu_mem_usage=...)",
+                    old="set",
+                    new="removed under ZeRO-3",
+                    reason="ZeRO-3 builds the model under zero.Init and places the weights itself",
+                )
+            ],
+            "If the script passes neither, a transformers/accelerate pair of other releases than the script's "
+            "sets them (install the versions it pins).",
+        )
     values = {f.field: f.value for f in rej.fields} if rej else {}
     if "world_size" in values and all(
         values.get(k) for k in ("train_micro_batch_size_per_gpu", "gradient_accumulation_steps")

@@ -112,6 +112,16 @@ def config_rejected(scan: Scan, offload_configured: bool) -> Diagnosis | None:
             "the DeepSpeed config file alone sets them. Remove them from the accelerate config (a stale default "
             "one in the cache, ~/.cache/huggingface/accelerate, is the usual source)."
         )
+    elif rej.model == config.PARALLEL_LAYOUT:
+        text = (
+            f"A size the parallel layout must divide does not ({keys}): the run was refused at start-up, before "
+            "any step (DeepSpeed's expert/tensor/pipeline groups, Megatron's layer split)."
+        )
+    elif rej.model == config.ZERO3_LOADING:
+        text = (
+            "transformers refused to load the model with low_cpu_mem_usage or a device_map while DeepSpeed ZeRO-3 "
+            "is active: under ZeRO-3 the weights are partitioned as they load."
+        )
     else:
         text = f"DeepSpeed's config parser ({rej.model}) rejected {keys}."
     return Diagnosis(

@@ -238,6 +238,40 @@ def _deepspeed_config_error(hit: Hit) -> None:
         hit.scan.add(hit.scan.rejections, rej)
 
 
+_INDIVISIBLE = re.compile(
+    r"(?:AssertionError|ValueError|RuntimeError)\b.*?(?:\b([a-z_]*(?:size|layers|experts|heads|degree)\w*)\b[^,]*?)?"
+    r"\b(?:is not|isn't|should be|must be|has to be|not) (?:evenly )?divisible by\b(?:[^a-z]*(?:the )?([\w-]+))?",
+    re.I,
+)
+"""A size the parallel layout must divide, refused when the run starts: DeepSpeed's `_ensure_divisibility`
+("4 is not divisible by 8": the world size against ep_size/tp/pp, deepspeed/utils/groups.py), Megatron's
+"num_layers should be divisible by pipeline_model_parallel_size" (megatron/core/transformer) and "Number of layers
+should be divisible by the pipeline-model-parallel size" (megatron/training/arguments.py). The fix is a setting
+(a parallel size, the layer or expert count, the GPU count), as for DeepSpeed's batch assertion."""
+
+_ZERO3_LOADING = re.compile(r"DeepSpeed Zero-3 is not compatible with `?low_cpu_mem_usage")
+"""transformers' `from_pretrained` refusing `low_cpu_mem_usage=True` or a `device_map` while ZeRO-3 is active
+(modeling_utils.py: ZeRO-3 builds the model under zero.Init and places the weights itself): the loading call asks
+for what ZeRO-3 does (LLamaTuner#69: the script's device_map; removing it ran)."""
+
+
+def _loading_or_layout(hit: Hit) -> None:
+    text = hit.line.text
+    if 'f"' in text or ".format(" in text:
+        return  # the assert's source line quoted by a rich traceback, not its message
+    if _ZERO3_LOADING.search(text):
+        field = FieldError("(from_pretrained) device_map / low_cpu_mem_usage", text.strip()[:200])
+        hit.scan.add(hit.scan.rejections, Rejection(hit.line, "assert", model=ZERO3_LOADING, fields=[field]))
+    elif (m := _INDIVISIBLE.search(text)) is not None:
+        names = [g for g in m.groups() if g and not g.isdigit()]
+        field = FieldError(" / ".join(names) or "parallel sizes", text.strip()[:200])
+        hit.scan.add(hit.scan.rejections, Rejection(hit.line, "assert", model=PARALLEL_LAYOUT, fields=[field]))
+
+
+PARALLEL_LAYOUT = "the parallel layout"
+ZERO3_LOADING = "transformers' ZeRO-3 loading"
+
+
 _ACCELERATE_IGNORED = re.compile(r"When using `deepspeed_config_file`, the following accelerate config variables will be ignored:\s*\[([^\]]*)\]")
 ACCELERATE_PLUGIN = "DeepSpeedPlugin"
 """accelerate's DeepSpeed plugin (accelerate/utils/dataclasses.py DeepSpeedPlugin.__post_init__, since
@@ -384,8 +418,17 @@ SIGNALS = (
             rb"MoE is not supported",
             rb"ValueError",
             rb"`deepspeed_config_file`",  # accelerate's DeepSpeedPlugin refusal (its ValueError may be cut)
+            rb"RuntimeError",
         ),
-        (_pydantic, _hf_mismatch, _batch_assert, _deepspeed_config_error, _fraction, _accelerate_ignored),
+        (
+            _pydantic,
+            _hf_mismatch,
+            _batch_assert,
+            _deepspeed_config_error,
+            _fraction,
+            _accelerate_ignored,
+            _loading_or_layout,
+        ),
     ),
     Signal(
         "version_errors",

@@ -257,9 +257,10 @@ def unset_swapper(line: LogLine) -> bool:
 
 
 def _aio(hit: Hit) -> None:
-    """DeepSpeed's async_io op not built or loaded, or a swap file read back short."""
+    """DeepSpeed's async_io op not built or loaded, a swap file read back short, or a failure inside the op's
+    own sources (`csrc/aio/`: its handle, threads and completion checks, DeepSpeed#4888)."""
     text = hit.line.text
-    if (hit.says("async_io", "aio_handle", "nbytes != file bytes", "libaio")) and (
+    if (hit.says("async_io", "aio_handle", "nbytes != file bytes", "libaio", "csrc/aio/")) and (
         re.search(r"Error|Assertion|failed|Unable to|nbytes != file bytes", text)
     ):
         hit.scan.add(hit.scan.aio_errors, hit.line)

@@ -22,6 +22,13 @@ EITHER = ("Exception (either an error or timeout)", "Some NCCL operations have f
 unless the log shows an NCCL error (then that error is what failed: an InfiniBand completion error,
 DeepSpeed#2931)."""
 
+_IB_COMPLETION = re.compile(r"NET/IB ?: Got completion (?:from peer \S+ )?with (?:status=|error )(\d+)")
+"""NCCL's InfiniBand transport (net_ib.cc) printing a work completion that came back with a non-success status
+(12: transport retry count exceeded, 5: flushed): the send/receive failed and NCCL returns an error from the
+proxy (ncclRemoteError/ncclSystemError), whether or not torch's NCCL error line made it into the log
+(finetrainers#16: only these WARN lines; DeepSpeed#2931: with the error). Older NCCL prints "Got completion
+with error 12, opcode 1, ..." without the peer."""
+
 MAX_WARNINGS = 5
 """NCCL WARN lines kept (a few show what failed; they must not crowd timeouts out of the bounded list)."""
 
@@ -54,10 +61,14 @@ def _failure(hit: Hit) -> None:
         s.add(s.collectives, CollectiveFailure(hit.line, "timeout", rank=rank))
     elif hit.says(*EITHER):
         s.add(s.collectives, CollectiveFailure(hit.line, "timeout", rank=rank, detail="either"))
-    elif (shm := re.search(r"NCCL WARN .*(?:posix_fallocate|shared memory segment)", text)) or re.search(
-        r"NCCL error|nccl\w+Error|NCCL communicator was aborted|DistNetworkError|Duplicate GPU detected", text
+    elif (
+        (shm := re.search(r"NCCL WARN .*(?:posix_fallocate|shared memory segment)", text))
+        or (ib := _IB_COMPLETION.search(text))
+        or re.search(
+            r"NCCL error|nccl\w+Error|NCCL communicator was aborted|DistNetworkError|Duplicate GPU detected", text
+        )
     ):
-        detail = "shm" if shm else "duplicate_gpu" if "Duplicate GPU detected" in text else None
+        detail = "shm" if shm else "ib_completion" if ib else "duplicate_gpu" if "Duplicate GPU detected" in text else None
         s.add(s.collectives, CollectiveFailure(hit.line, "error", rank=rank, detail=detail))
     elif "NCCL WARN" in text and sum(c.kind == "warn" for c in s.collectives) < MAX_WARNINGS:
         s.add(s.collectives, CollectiveFailure(hit.line, "warn", rank=rank))

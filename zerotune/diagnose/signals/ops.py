@@ -51,10 +51,32 @@ def _old_compiler(hit: Hit) -> None:
         hit.scan.old_compiler = (m.group(1), hit.line)
 
 
+_CONSTRUCTOR_REFUSAL = re.compile(r"^\s*(?:ValueError|TypeError): ")
+CONSTRUCTOR_WINDOW = 12
+"""Lines between the optimizer's own refusal and the destructor's AttributeError that follows it (the
+"Exception ignored in: ... __del__" block is 5-6 lines; interleaved ranks add a few)."""
+
+
+def _after_constructor_refusal(hit: Hit) -> bool:
+    """DeepSpeedCPUAdam.__init__ calls torch.optim.Optimizer.__init__ before it loads its op (ops/adam/cpu_adam.py),
+    so a ValueError/TypeError there ("optimizer got an empty parameter list", torch/optim/optimizer.py) leaves an
+    object without `ds_opt_adam` whose __del__ then fails: that AttributeError follows the refusal, not a missing
+    op (DeepSpeed#5071: a pipeline stage without trainable parameters)."""
+    s = hit.scan
+    before = s.exception_before_last if s.last_exception is hit.line else s.last_exception
+    return (
+        before is not None
+        and hit.line.number - before.number <= CONSTRUCTOR_WINDOW
+        and _CONSTRUCTOR_REFUSAL.match(before.text) is not None
+    )
+
+
 def _build(hit: Hit) -> None:
     text, s = hit.line.text, hit.scan
     m = _BUILD.search(text)
     if m is None or "async_io" in text or "aio" in (m.group(2) or ""):
+        return
+    if m.group(4) is not None and _after_constructor_refusal(hit):
         return
     op = next((g for g in m.groups() if g), None)
     if op is not None and op.startswith("compute_"):

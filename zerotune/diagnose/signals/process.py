@@ -22,6 +22,7 @@ def _traceback(hit: Hit) -> None:
 
 def _exception(hit: Hit) -> None:
     if EXCEPTION_LINE.match(hit.line.text):
+        hit.scan.exception_before_last = hit.scan.last_exception
         hit.scan.last_exception = hit.line
         hit.scan.add(hit.scan.exceptions, hit.line)
 
@@ -37,6 +38,13 @@ _FAILED_EXIT = re.compile(
     r"|[Pp]rocess (?:exited|finished) with (?:exit )?code (-?\d+)|died with <Signals\.SIG\w+: (\d+)>"
 )
 _FAILED = ("ChildFailedError", "Segmentation fault", "core dumped", "Fatal Python error")
+_NATIVE_ASSERT = re.compile(r"\.(?:c|cc|cpp|cxx|cu|cuh|h|hpp):\d+: .*Assertion [`'].*[`'] failed")
+"""glibc's assert() message (`prog: file.cpp:125: int f(...): Assertion `expr' failed.`): a C++ op aborted the
+process (SIGABRT, exit -6) with its own message, so the launcher's kills after it are not the OOM killer's
+(DeepSpeed#4888: the aio op's completion check, read as host OOM). CUDA's device-side assert prints the same
+shape from a kernel (`IndexKernel.cu:93: operator(): block: [0,0,0], thread: [0,0,0] Assertion `...` failed.`,
+an index out of bounds, R1-V#10) and the process fails on the next CUDA call."""
+SIGABRT_EXIT = -6
 
 
 def _failed(hit: Hit) -> None:
@@ -49,6 +57,8 @@ def _failed(hit: Hit) -> None:
             hit.scan.add(hit.scan.exits, Event(hit.line, "exit", code))
     elif hit.says(*_FAILED):
         hit.scan.add(hit.scan.exits, Event(hit.line, next(p for p in _FAILED if p in text)))
+    elif _NATIVE_ASSERT.search(text):
+        hit.scan.add(hit.scan.exits, Event(hit.line, "exit", SIGABRT_EXIT))
 
 
 _SIGBUS = re.compile(
@@ -124,6 +134,7 @@ _INIT = re.compile(
     r"|Initializing TorchBackend|Added key: store_based_barrier_key|NCCL INFO .*Init COMPLETE"
     r"|DeepSpeed info: version=|Waiting for \w+|Rank \d+ is waiting|Activation Checkpointing Information"
     r"|\[(?:INFO|WARNING)\] \[(?:partition_parameters|parameter_offload|engine|stage3|stage_1_and_2)\.py:\d+:(?!step\])"
+    r"|Launching exp_id = \d+|Scheduler wrote ds_config to"
     r"|" + LOOP_STARTING.pattern
 )
 """Start-up lines: a log whose last DeepSpeed line is one of these, with no step and no error after
@@ -134,7 +145,11 @@ since last step" warning, `[WARNING] [stage3.py:2391:step]`): those come once pe
 ?it/s]`, printed before the first iteration ends) is the loop starting, not a step. DeepSpeed's
 "Activation Checkpointing Information" block comes once, before the first step ends: from configure()
 at 0.19.8 (runtime/activation_checkpointing/checkpointing.py), from the first checkpointed forward in
-older releases (THUDM/GLM#157, a multi-node run that stopped there overnight)."""
+older releases (THUDM/GLM#157, a multi-node run that stopped there overnight). DeepSpeed's autotuner
+starting an experiment ("Scheduler wrote ds_config to", "Launching exp_id = N": autotuning/scheduler.py
+run_experiment) is such a start too: each experiment is a fresh launch, and a log that ends there, with no
+"Done running exp_id" after it, waits on an experiment that never reported (DeepSpeed#4100: a failed
+experiment left the tuner waiting)."""
 
 
 def _hang(hit: Hit) -> None:
@@ -147,6 +162,8 @@ def _hang(hit: Hit) -> None:
 def _init(hit: Hit) -> None:
     if _INIT.search(hit.line.text):
         hit.scan.init_line = hit.line
+    elif "Done running exp_id" in hit.line.text:
+        hit.scan.init_line = None  # the autotuner's experiment reported back: nothing is starting any more
 
 
 _CANN_CODE = re.compile(rb"(?:^|\n)\s*(?:\[rank\d+\]:\s*)?(E[A-Z]\d{4}): ")
@@ -218,6 +235,9 @@ SIGNALS = (
             rb"Rank \d+ is waiting",
             rb"Activation Checkpointing Information",
             rb"<\?, \?it/s\]",
+            rb"Launching exp_id",
+            rb"Scheduler wrote ds_config",
+            rb"Done running exp_id",
             rb"INFO\] \[(?:partition_parameters|parameter_offload|engine|stage3|stage_1_and_2)\.py:",
             rb"WARNING\] \[(?:partition_parameters|parameter_offload|engine|stage3|stage_1_and_2)\.py:",
         ),
