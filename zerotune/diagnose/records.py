@@ -2,8 +2,8 @@
 one) and the typed records the signals fill in (zerotune.diagnose.signals).
 
 Lines are normalised before parsing: leading timestamps, torchrun's `[rankN]:` (and torch elastic's
-older `[defaultN]:`) and pdsh/deepspeed-launcher host prefixes (`gpu-q-13: `) are removed and the rank
-is kept.
+older `[defaultN]:`), pytest's `E   ` failure marker and pdsh/deepspeed-launcher host prefixes (`gpu-q-13: `)
+are removed and the rank is kept.
 """
 
 from __future__ import annotations
@@ -27,6 +27,10 @@ torch/distributed/elastic/multiprocessing/tail_log.py; torchrun's role is "defau
 local rank, not the global one, so it is removed but not kept as the line's rank
 (bigscience-workshop/Megatron-DeepSpeed#356)."""
 _HOST_PREFIX = re.compile(r"^([A-Za-z0-9_][\w.-]*):\s(?=\S)")
+_PYTEST_PREFIX = re.compile(r"^E {3,}(?=\S)")
+"""pytest's failure report marks the lines of the error it caught with `E` and spaces (`E       RuntimeError:
+...`, _pytest/_code/code.py's fail marker), so a traceback quoted from a failed test keeps its exception line
+behind it (snowflakedb/ArcticTraining PR 265)."""
 
 
 def normalise(raw: str) -> tuple[str, int | None]:
@@ -41,7 +45,7 @@ def normalise(raw: str) -> tuple[str, int | None]:
         if m:
             rank = int(m.group(1)) if rank is None else rank
             text = text[m.end() :]
-        m = _ROLE_PREFIX.match(text)
+        m = _ROLE_PREFIX.match(text) or _PYTEST_PREFIX.match(text)
         if m:
             text = text[m.end() :]
         m = _HOST_PREFIX.match(text)

@@ -8,7 +8,12 @@ from zerotune.diagnose.causes.stopped import OLD_COMPILER_TITLE
 from zerotune.diagnose.explain import Job
 from zerotune.diagnose.records import Scan
 from zerotune.diagnose.report import Change, Diagnosis, FixOut
-from zerotune.diagnose.signals.config import ACCELERATE_PLUGIN, PARALLEL_LAYOUT, ZERO3_LOADING
+from zerotune.diagnose.signals.config import (
+    ACCELERATE_PLUGIN,
+    ACCELERATE_PREPARE,
+    PARALLEL_LAYOUT,
+    ZERO3_LOADING,
+)
 from zerotune.diagnose.signals.memory import unset_swapper
 
 
@@ -37,6 +42,19 @@ def config_rejected(d: Diagnosis, scan: Scan, job: Job) -> FixOut:
                 )
             )
         return unchecked(changes, "Keep the DeepSpeed settings in the DeepSpeed config file only.")
+    if rej is not None and rej.model == ACCELERATE_PREPARE:
+        return unchecked(
+            [
+                Change(
+                    key="train_micro_batch_size_per_gpu",
+                    old="auto / unset",
+                    new="the per-GPU batch, an integer",
+                    reason="accelerate takes it from a prepared dataloader's batch_size; none was passed",
+                )
+            ],
+            "Or pass the training dataloader to accelerator.prepare() with the model; a script that does not "
+            "support DeepSpeed runs without it (an accelerate config without DeepSpeed).",
+        )
     if rej is not None and rej.model == PARALLEL_LAYOUT:
         sizes = ", ".join(f.field for f in rej.fields)
         return unchecked(

@@ -112,6 +112,12 @@ def config_rejected(scan: Scan, offload_configured: bool) -> Diagnosis | None:
             "the DeepSpeed config file alone sets them. Remove them from the accelerate config (a stale default "
             "one in the cache, ~/.cache/huggingface/accelerate, is the usual source)."
         )
+    elif rej.model == config.ACCELERATE_PREPARE:
+        text = (
+            "accelerate refused to prepare the model for DeepSpeed: the config leaves train_micro_batch_size_per_gpu "
+            "to it (\"auto\" or unset) and no dataloader passed to prepare() has an integer batch_size to take it "
+            "from."
+        )
     elif rej.model == config.PARALLEL_LAYOUT:
         text = (
             f"A size the parallel layout must divide does not ({keys}): the run was refused at start-up, before "

@@ -280,8 +280,24 @@ zero_stage, offload devices, mixed_precision, ...) next to a `deepspeed_config_f
 them (yuvalkirstain/PickScore#2, a stale default accelerate config left in the cache)."""
 
 
+_ACCELERATE_NO_MICRO_BATCH = re.compile(
+    r"When using DeepSpeed,? `accelerate\.prepare\(\)` requires you to pass at least one of training or evaluation"
+)
+ACCELERATE_PREPARE = "accelerate.prepare"
+"""accelerate's DeepSpeed preparation (accelerator.py `_prepare_deepspeed`) fills an "auto" or missing
+train_micro_batch_size_per_gpu from the batch_size of the dataloaders passed to prepare(); with none that has an
+integer one it refuses before deepspeed.initialize. Its wording changed ("... or alternatively set an integer
+value in `train_micro_batch_size_per_gpu`", 0.2x; "... dataloaders with `batch_size` attribute returning an
+integer value", 1.x: kohya-ss/musubi-tuner#44), its opening did not."""
+
+
 def _accelerate_ignored(hit: Hit) -> None:
-    """accelerate's refusal, its list of keys possibly wrapped over the next lines."""
+    """accelerate's refusals: DeepSpeed keys in its own config next to a deepspeed_config_file (the list of keys
+    possibly wrapped over the next lines), or no per-GPU micro-batch it can read."""
+    if _ACCELERATE_NO_MICRO_BATCH.search(hit.line.text):
+        field = FieldError("train_micro_batch_size_per_gpu", hit.line.text.strip()[:200])
+        hit.scan.add(hit.scan.rejections, Rejection(hit.line, "assert", model=ACCELERATE_PREPARE, fields=[field]))
+        return
     if "deepspeed_config_file" not in hit.line.text:
         return
     m = _ACCELERATE_IGNORED.search(hit.wrapped(1024))

@@ -54,7 +54,7 @@ FAMILIES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         (
             "zero3_param",
             r"deepspeed/runtime/zero/(?:partition_parameters|partitioned_param_coordinator|parameter_offload"
-            r"|mics)\.py",
+            r"|mics|linear)\.py",
         ),
         ("config_rejected", r"deepspeed/runtime/(?:zero/)?config(?:_utils)?\.py|pydantic/"),
         (
@@ -65,7 +65,9 @@ FAMILIES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     )
 )
 """(cause, the frame `PATH FUNC` it shows), most specific first: a frame of a DeepSpeed module that does
-one thing. deepspeed/runtime/zero/stage3.py and engine.py are left out: every ZeRO failure passes them."""
+one thing. zero/linear.py is ZeRO-3's linear over gathered parameters (LinearFunctionForZeroStage3, which
+saves the gathered weight for backward): a failure in it is a partitioned parameter's state (ArcticTraining
+PR 265: parameters gathered under torch.inference_mode reach training as inference tensors). deepspeed/runtime/zero/stage3.py and engine.py are left out: every ZeRO failure passes them."""
 
 RAISED_IN: tuple[tuple[str, re.Pattern[str]], ...] = (
     (

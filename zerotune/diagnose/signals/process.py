@@ -90,10 +90,17 @@ _SHELL_KILLED = re.compile(r"(?:^|\])\s*Killed\s*$")
 tqdm bar when the bar (written with carriage returns) left no newline (`| 0/2 [00:00<?, ?it/s]Killed`)."""
 
 
+_ELASTIC_TERMINATE = re.compile(r"Sending process \d+ closing signal SIGTERM")
+"""torch elastic ending the workers still running (torch/distributed/elastic/multiprocessing/api.py `_close`,
+logged as a warning): its agent does so only after a worker of the group failed, so the line alone shows a
+failed run (axolotl-ai-cloud/axolotl#1268, a rank killed for host RAM while saving after a resume)."""
+
+
 def _killed(hit: Hit) -> None:
     """A kill without an exit code: the launcher ending the other ranks, or the kernel's OOM killer."""
     text = hit.line.text
-    if hit.says("Killing subprocess", "Killed process", "oom-kill") or _SHELL_KILLED.search(text):
+    launcher_kill = _SHELL_KILLED.search(text) or _ELASTIC_TERMINATE.search(text)
+    if hit.says("Killing subprocess", "Killed process", "oom-kill") or launcher_kill:
         by_kernel = hit.says("Killed process", "oom-kill")
         hit.scan.add(hit.scan.kills, Kill(hit.line, 9 if by_kernel else None))
 
@@ -253,6 +260,7 @@ SIGNALS = (
             rb"Sigkill",
             rb"Signal \d",
             rb"Kill",
+            rb"SIGTERM",  # torch elastic's "Sending process N closing signal SIGTERM"
             rb"SIGBUS",
             rb"Bus error",
             rb"Unexpected bus error",  # a DataLoader worker's
