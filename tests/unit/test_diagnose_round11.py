@@ -69,3 +69,24 @@ def test_accelerate_without_a_micro_batch_to_read_is_a_rejected_config() -> None
     report = diagnose(old.encode())
     assert report.diagnosis.cause == "config_rejected" and report.exit_code == 1
     assert report.fix is not None and report.fix.changes[0].key == "train_micro_batch_size_per_gpu"
+
+
+def test_a_checkpoint_the_disk_refused_is_a_write_failure() -> None:
+    """torch.save's zip writer stopping short (DeepSpeedExamples#384, "unexpected pos": unclassified) and
+    safetensors' serializer failing on the file system (LlamaFactory#5155, StorageFull: given the ZeRO-3
+    gather fix of an unreadable file) are a checkpoint the disk refused. Here other positions and a quota."""
+    cut = b"RuntimeError: [enforce fail at inline_container.cc:603] . unexpected pos 9152 vs 9040\n"
+    report = diagnose(cut)
+    assert report.diagnosis.cause == "checkpoint" and report.exit_code == 1
+    assert report.fix is not None and "output directory" in report.fix.changes[0].key
+    quota = (
+        b"safetensors_rust.SafetensorError: Error while serializing: IoError(Os { code: 122, kind: "
+        b'FilesystemQuotaExceeded, message: "Disk quota exceeded" })\n'
+    )
+    report = diagnose(quota)
+    assert report.diagnosis.cause == "checkpoint"
+    assert report.fix is not None and "output directory" in report.fix.changes[0].key
+    # a file that cannot be read back keeps its own fix
+    unreadable = b"safetensors_rust.SafetensorError: Error while deserializing header: HeaderTooLarge\n"
+    report = diagnose(unreadable)
+    assert report.fix is not None and "output directory" not in report.fix.changes[0].key

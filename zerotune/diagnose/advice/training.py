@@ -108,6 +108,13 @@ _CHECKPOINT_FIX: dict[str, tuple[str, object, object, str]] = {
         "every rank's files of one save",
         "each rank writes its own shard: all ranks must call save_checkpoint, and the folder must be shared or gathered",
     ),
+    "unwritable": (
+        "(environment) checkpoint output directory",
+        None,
+        "a file system with room for every checkpoint",
+        "the writer stopped short of the file: free space or quota (keep fewer with save_total_limit), or save "
+        "to a larger volume",
+    ),
     "unreadable": (
         "zero_optimization.stage3_gather_16bit_weights_on_model_save",
         None,

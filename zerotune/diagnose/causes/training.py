@@ -128,6 +128,10 @@ _CHECKPOINT_TEXT = {
         "incomplete, mixed with another save, or from another layout."
     ),
     "files_missing": "A ZeRO checkpoint file (per-rank model or optimizer states) is missing.",
+    "unwritable": (
+        "A checkpoint file could not be written: torch.save's or safetensors' writer stopped short, which is the "
+        "file system refusing the write (a full disk or quota, a read-only or vanished mount)."
+    ),
     "unreadable": (
         "A saved model file cannot be read back: it is not a complete weight file (under ZeRO-3 a model "
         "saved without gathering its parameters, or a save cut short)."

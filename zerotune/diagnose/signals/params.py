@@ -56,6 +56,14 @@ _CHECKPOINT_LINES: tuple[tuple[str, re.Pattern[str]], ...] = (
         re.compile(r"(?:mp_rank_\d+_model_states|_optim_states)\.pt|Unable to find latest file at"),
     ),
     (
+        # the writer of torch.save's zip container (caffe2/serialize/inline_container.cc: "PytorchStreamWriter
+        # failed writing file", "unexpected pos N vs M" when a write came up short) or safetensors' serializer
+        # ("Error while serializing: IoError(... StorageFull ...)"): the file system refused the file, usually a
+        # full disk or quota (LlamaFactory#5155, DeepSpeedExamples#384)
+        "unwritable",
+        re.compile(r"PytorchStreamWriter|inline_container\.cc:\d+\] \. unexpected pos|Error while serializing"),
+    ),
+    (
         "unreadable",
         re.compile(
             r"SafetensorError|Error while deserializing header|PytorchStreamReader failed"
@@ -160,6 +168,9 @@ SIGNALS = (
             rb"SafetensorError",
             rb"Error while deserializing",
             rb"PytorchStreamReader",
+            rb"PytorchStreamWriter",
+            rb"inline_container",
+            rb"Error while serializing",
             rb"Unable to load weights",
             rb"Size\(\[0\]\)\s*$",
             rb"', tensor\(\[\], device=",
