@@ -169,7 +169,6 @@ SIGNALS = (
             rb"Error while deserializing",
             rb"PytorchStreamReader",
             rb"PytorchStreamWriter",
-            rb"inline_container",
             rb"Error while serializing",
             rb"Unable to load weights",
             rb"Size\(\[0\]\)\s*$",
