@@ -1,4 +1,4 @@
-"""193 DeepSpeed configs from 65 public repositories the project had never used (tests/fixtures/unseen_configs):
+"""230 DeepSpeed configs from 75 public repositories the project had never used (tests/fixtures/unseen_configs):
 provenance, no crash, exit codes, zerotune's errors against DeepSpeed 0.19.8's own parser verdicts, and the
 findings checked by hand against DeepSpeed / accelerate source."""
 
@@ -38,8 +38,8 @@ def test_manifest_is_verbatim_and_unseen() -> None:
     rows = _manifest()
     with CORPUS_MANIFEST.open() as fh:
         seen = {r["repo"] for r in csv.DictReader(fh, delimiter="\t")}
-    assert len(rows) == len(list(CONFIGS.iterdir())) == 193
-    assert len({r["repo"] for r in rows}) == 65
+    assert len(rows) == len(list(CONFIGS.iterdir())) == 230
+    assert len({r["repo"] for r in rows}) == 75
     for row in rows:
         data = (HERE / row["filename"]).read_bytes()
         assert hashlib.sha256(data).hexdigest() == row["sha256"], row["filename"]
@@ -51,7 +51,7 @@ def test_validate_whole_set_never_crashes(cli) -> None:
         res = cli("validate", str(CONFIGS / "*"), "--format", "json", "--world-size", "8", *hf)
         assert res.code == 1  # some files have errors; none is a usage error
         doc = json.loads(res.stdout)
-        assert len(doc["files"]) == 193
+        assert len(doc["files"]) == 230
         codes = [d["code"] for f in doc["files"] for d in f["diagnostics"]]
         assert "ZT000" not in codes
     for path in sorted(CONFIGS.iterdir()):
@@ -361,3 +361,20 @@ def test_trainer_arguments_file_is_read_as_the_json_it_names(cli, tmp_path, monk
     assert res.code == 2 and "not found from here" in res.stderr and "Traceback" not in res.stderr
     # a DeepSpeed config is never one: its `deepspeed` key, if any, is no path (NeoX's is a boolean)
     assert load_bytes(b'{"train_batch_size": 8, "deepspeed": true}', "ds.json").trainer_args is None
+
+
+def test_trainer_yaml_reusing_deepspeed_section_names_is_read_as_its_deepspeed_section() -> None:
+    """A trainer config that keeps the DeepSpeed config under `deepspeed:` may name its own settings like
+    DeepSpeed sections (snowflakedb/ArcticTraining: `optimizer` without a type, `checkpoint` a list of savers,
+    `scheduler.warmup_ratio`, `gradient_accumulation_steps`). DeepSpeed reads top-level keys by name and
+    never looks at the others (runtime/config.py _initialize_params), so a file whose top level is mostly
+    keys DeepSpeed does not know is a launcher's, and its `deepspeed` mapping is what DeepSpeed gets.
+    Was: read whole: ZT603 (checkpoint a list), ZT617, 13 x ZT502, and predict at ZeRO stage 0."""
+    name = "snowflakedb__ArcticTraining__projects__swiftkv__configs__llama-3.1-swiftkv-8b-instruct.yaml"
+    loaded = load_path(CONFIGS / name)
+    assert loaded.section == "/deepspeed" and loaded.data == {"zero_optimization": {"stage": 2}}
+    codes = _codes(name)
+    assert "ZT006" in codes and not {"ZT502", "ZT603", "ZT617"} & set(codes)
+    # a DeepSpeed config with as many DeepSpeed keys as others keeps its top level
+    mixed = {"train_batch_size": 8, "optimizer": {"type": "Adam"}, "deepspeed": {"train_batch_size": 4}}
+    assert load_bytes(json.dumps(mixed).encode(), "ds.json").section == ""

@@ -307,16 +307,21 @@ def _as_neox_args(loaded: LoadedConfig) -> LoadedConfig:
 def _as_launcher_section(loaded: LoadedConfig) -> LoadedConfig:
     """A launcher config that keeps the DeepSpeed config in a `deepspeed` mapping: SwissArmyTransformer's
     YAML (THUDM/CogVideo sat/arguments.py `process_config_to_args`: args.deepspeed_config =
-    config["deepspeed"]) next to `args:` and `data:`. Read as a whole, every key looks unknown and the batch
-    size missing, which is not what DeepSpeed gets; so when the top level has no DeepSpeed key and the
-    `deepspeed` mapping has one, that mapping is the config."""
+    config["deepspeed"]) next to `args:` and `data:`, or snowflakedb/ArcticTraining's trainer YAML
+    (arctic_training/config/trainer.py `deepspeed: Dict`, completed by build_deepspeed_config), whose own
+    `optimizer`, `scheduler`, `checkpoint` and `wandb` settings share DeepSpeed's section names. Read as a
+    whole, most keys look unknown and the batch size missing, which is not what DeepSpeed gets. DeepSpeed
+    reads its top-level keys by name and never looks at the others (deepspeed/runtime/config.py:482
+    `_initialize_params`, 0.19.8), so when fewer top-level keys are DeepSpeed's than not and the `deepspeed`
+    mapping has one of DeepSpeed's, that mapping is the config."""
     from zerotune.dsconfig import schema
 
     data = loaded.data
     if not (loaded.parsed and isinstance(data, dict) and isinstance(data.get("deepspeed"), dict)):
         return loaded
     top = set(schema.SECTIONS[""].keys)
-    if not top & set(data) and top & set(data["deepspeed"]):
+    known = len(top & set(data))
+    if known < len(data) - known and top & set(data["deepspeed"]):
         loaded.section = "/deepspeed"
         if not loaded.strict_json:
             data = _omegaconf_yaml(loaded.text)

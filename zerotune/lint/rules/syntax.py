@@ -265,8 +265,8 @@ class AccelerateConfig(Rule):
                 yield self.emit(ctx, "", detail=detail)
             if ctx.loaded.section:
                 detail = (
-                    f"a launcher config (SwissArmyTransformer YAML): its `{ctx.loaded.section[1:]}` section is "
-                    "the DeepSpeed config, checked as such"
+                    f"a launcher config (SwissArmyTransformer or trainer YAML): its `{ctx.loaded.section[1:]}` "
+                    "section is the DeepSpeed config, checked as such; keys the launcher adds are not seen"
                 )
                 yield self.emit(ctx, "", detail=detail)
             return
