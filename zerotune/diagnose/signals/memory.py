@@ -122,6 +122,8 @@ def _ascend_alloc_failed(hit: Hit) -> bool:
 
 def _gpu_oom(hit: Hit) -> None:
     line, s = hit.line, hit.scan
+    if hit.says("NODE_OUT_OF_MEMORY"):
+        return  # Ray's WorkerExitType for a worker its host-memory monitor killed (process.py): not a device
     if not _ascend_alloc_failed(hit) and not hit.says(
         "out of memory",
         "OutOfMemoryError",
@@ -227,7 +229,9 @@ def _cpu_alloc(hit: Hit) -> None:
         hit.scan.add(hit.scan.cpu_alloc_failures, (hit.line, None))
 
 
-_MA = re.compile(r"MA (\d+(?:\.\d+)?) GB\s+Max_MA (\d+(?:\.\d+)?) GB\s+CA (\d+(?:\.\d+)?) GB\s+Max_CA (\d+(?:\.\d+)?) GB")
+_MA = re.compile(
+    r"MA (\d+(?:\.\d+)?) GB\s+Max_MA (\d+(?:\.\d+)?) GB\s+CA (\d+(?:\.\d+)?) GB\s+Max_CA (\d+(?:\.\d+)?) GB"
+)
 
 
 def _memory_report(hit: Hit) -> None:
@@ -289,9 +293,7 @@ SIGNALS = (
         (rb"Unable to JIT load", rb"Assertion", rb"!= file bytes", rb"NoneType' object has no attribute"),
         (_aio,),
     ),
-    Signal(
-        "cpu_alloc_failures", (rb"DefaultCPUAllocator", rb"MemoryError", rb"bad_alloc"), (_cpu_alloc,)
-    ),
+    Signal("cpu_alloc_failures", (rb"DefaultCPUAllocator", rb"MemoryError", rb"bad_alloc"), (_cpu_alloc,)),
     Signal("host_memory", (rb"Kill", rb"CPU Virtual Memory"), (_kernel_oom_killer, _host_memory_report)),
     Signal(
         "checkpoint_load",
@@ -302,7 +304,10 @@ SIGNALS = (
     Signal(
         "cache_flushes",
         # the warning's only capitals are in its last sentence; its tail alone keeps `() calls in ...`
-        (rb"If you are unable to make the cache flushes", rb"\(\) calls in your training loop to ensure that all ranks flush"),
+        (
+            rb"If you are unable to make the cache flushes",
+            rb"\(\) calls in your training loop to ensure that all ranks flush",
+        ),
         (_cache_flush,),
     ),
 )
