@@ -229,9 +229,7 @@ def _cpu_alloc(hit: Hit) -> None:
         hit.scan.add(hit.scan.cpu_alloc_failures, (hit.line, None))
 
 
-_MA = re.compile(
-    r"MA (\d+(?:\.\d+)?) GB\s+Max_MA (\d+(?:\.\d+)?) GB\s+CA (\d+(?:\.\d+)?) GB\s+Max_CA (\d+(?:\.\d+)?) GB"
-)
+_MA = re.compile(r"MA (\d+(?:\.\d+)?) GB\s+Max_MA (\d+(?:\.\d+)?) GB\s+CA (\d+(?:\.\d+)?) GB\s+Max_CA (\d+(?:\.\d+)?) GB")
 
 
 def _memory_report(hit: Hit) -> None:
@@ -293,7 +291,9 @@ SIGNALS = (
         (rb"Unable to JIT load", rb"Assertion", rb"!= file bytes", rb"NoneType' object has no attribute"),
         (_aio,),
     ),
-    Signal("cpu_alloc_failures", (rb"DefaultCPUAllocator", rb"MemoryError", rb"bad_alloc"), (_cpu_alloc,)),
+    Signal(
+        "cpu_alloc_failures", (rb"DefaultCPUAllocator", rb"MemoryError", rb"bad_alloc"), (_cpu_alloc,)
+    ),
     Signal("host_memory", (rb"Kill", rb"CPU Virtual Memory"), (_kernel_oom_killer, _host_memory_report)),
     Signal(
         "checkpoint_load",
@@ -304,10 +304,7 @@ SIGNALS = (
     Signal(
         "cache_flushes",
         # the warning's only capitals are in its last sentence; its tail alone keeps `() calls in ...`
-        (
-            rb"If you are unable to make the cache flushes",
-            rb"\(\) calls in your training loop to ensure that all ranks flush",
-        ),
+        (rb"If you are unable to make the cache flushes", rb"\(\) calls in your training loop to ensure that all ranks flush"),
         (_cache_flush,),
     ),
 )
