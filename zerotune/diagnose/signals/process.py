@@ -120,7 +120,9 @@ def _killed(hit: Hit) -> None:
 # ---- a stuck job ---------------------------------------------------------------------------------------
 
 _HANG = (
-    ("interrupted", re.compile(r"^KeyboardInterrupt\b|Received (?:Signals\.)?SIGINT|Signal 2 \(SIGINT\)")),
+    # the terminal's echo of Ctrl-C (`^C`) opens the line the user typed it on, before whatever the
+    # launcher prints next (huggingface/accelerate#2724: `^C[date] ... Killing subprocess`)
+    ("interrupted", re.compile(r"^KeyboardInterrupt\b|Received (?:Signals\.)?SIGINT|Signal 2 \(SIGINT\)|^\^C")),
     (
         "py_spy",
         re.compile(
@@ -233,6 +235,7 @@ SIGNALS = (
             rb"Socket Timeout",
             rb"ForInput: ",  # "[c10d] waitForInput: ... timed out"
             rb"Invalidate trace cache",
+            rb"\^C",  # the terminal's echo of Ctrl-C
             rb"watchdog got stuck",
             rb"Thread 0x",
             rb"Current thread 0x",
