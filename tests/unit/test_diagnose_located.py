@@ -134,8 +134,9 @@ def test_a_collective_timeout_is_not_a_hang() -> None:
     )
     report = diagnose(log)
     assert report.diagnosis.cause == "nccl_timeout"
-    # without the watchdog, the same warning is read as a hang
-    assert diagnose(log.split(b"\n")[0] + b"\n").diagnosis.cause == "hang"
+    # without the watchdog, the warning alone is no failure (ZeRO-3 runs on after it; round 12,
+    # tests/unit/test_diagnose_round12.py)
+    assert diagnose(log.split(b"\n")[0] + b"\n").exit_code == 0
 
 
 def test_an_integration_counts_only_where_it_raises() -> None:

@@ -46,7 +46,11 @@ def hang(scan: Scan, offload_configured: bool) -> Diagnosis | None:
         # a hang is a stop *without* a collective timeout: once the watchdog fired, the timeout is the
         # failure, and a trace-cache warning or a py-spy dump before it only says where ranks waited
         hangs = [e for e in hangs if e.kind == "barrier_timeout"]
-    if not hangs:
+    if all(e.kind == "trace_cache" for e in hangs):
+        # ZeRO-3 prints the trace-cache warning whenever the module order changes between steps (generation
+        # in GRPO/PPO, data-dependent branches) and runs on: alone it is no stop (om-ai-lab/VLM-R1#304,
+        # Liuziyu77/Visual-RFT#97, StarsfieldAI/R1-V#131 train through it). It only says where ranks wait
+        # once something shows the job stopped (Ctrl-C, a py-spy dump, a barrier timeout).
         return None
     kind = next(k for k in _HANG_TEXT if any(e.kind == k for e in hangs))
     return Diagnosis(

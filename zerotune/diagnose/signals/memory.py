@@ -122,6 +122,8 @@ def _ascend_alloc_failed(hit: Hit) -> bool:
 
 def _gpu_oom(hit: Hit) -> None:
     line, s = hit.line, hit.scan
+    if hit.says("NODE_OUT_OF_MEMORY"):
+        return  # Ray's WorkerExitType for a worker its host-memory monitor killed (process.py): not a device
     if not _ascend_alloc_failed(hit) and not hit.says(
         "out of memory",
         "OutOfMemoryError",

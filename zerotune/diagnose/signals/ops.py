@@ -23,7 +23,7 @@ _BUILD = re.compile(
     r"Error building extension '(\w+)'|[Uu]nable to (?:JIT )?load the (\w+) op|Failed to (?:build|load) (\w+)"
     r"|object has no attribute 'ds_opt_(\w+)'|MissingCUDAException|CUDA_HOME does not exist|CUDA_HOME environment variable is not set"
     r"|Ninja is required to load C\+\+ extensions|ninja: build stopped: subcommand failed"
-    r"|No such file or directory: '[^']*nvcc'|(\w+)\.so: cannot open shared object file"
+    r"|No such file or directory: '[^']*(?:nvcc|which|ninja|gcc|g\+\+|c\+\+)'|(\w+)\.so: cannot open shared object file"
     r"|undefined symbol: .*(adam|lamb|lion|adagrad)|fatal error: (?:cuda_\w+|\w+)\.h: No such file"
     r"|^FAILED: (\w+)\.(?:so|o|cuda\.o)\b|_run_ninja_build|nvcc fatal|[Uu]nsupported gpu architec\w+ '(compute_\d+)'"
     r"|ld returned 1 exit status|'[^']*/(?:gcc|g\+\+|c\+\+|nvcc)' failed with exit code"
@@ -31,7 +31,9 @@ _BUILD = re.compile(
     r"|torch_extensions/[^:]*?/(\w+)\.so: undefined symbol"
     r"|No module named '(?:deepspeed\.ops\.[\w.]*\.)?(\w+)_op'"
 )
-"""... and an op module the install never built: DeepSpeed's compiled ops load as `<op>_op` modules
+"""... a build tool the op build runs that the machine lacks (subprocess's FileNotFoundError: `nvcc`, `ninja`,
+the compiler, or the `which` that torch.utils.cpp_extension's check_compiler_ok_for_platform runs on the compiler; OpenMOSS/MOSS#290, a
+container without `which`), and an op module the install never built: DeepSpeed's compiled ops load as `<op>_op` modules
 (`deepspeed.ops.adam.cpu_adam_op`: DeepSpeed issue 483, cpu_adam left out of the default install by
 PR 450; `PyInit_transformer_op`, issue 949), so a missing `*_op` module is a build to redo, not a
 version to change."""

@@ -96,9 +96,21 @@ logged as a warning): its agent does so only after a worker of the group failed,
 failed run (axolotl-ai-cloud/axolotl#1268, a rank killed for host RAM while saving after a resume)."""
 
 
+_RAY_WORKER_DIED = re.compile(r"Worker exit type: (SYSTEM_ERROR|NODE_OUT_OF_MEMORY)\b")
+"""Ray's report of a dead worker (an actor or task process; OpenRLHF, verl): its `WorkerExitType`
+(ray src/ray/protobuf/common.proto) is SYSTEM_ERROR when the process died without its own Python error (an
+exception in user code is USER_ERROR), i.e. killed or crashed from outside, and NODE_OUT_OF_MEMORY when
+Ray's memory monitor killed it. OpenRLHF/OpenRLHF#187: an actor's worker SIGKILLed at the container's memory
+limit, reported only as "Worker exit type: SYSTEM_ERROR"."""
+
+
 def _killed(hit: Hit) -> None:
     """A kill without an exit code: the launcher ending the other ranks, or the kernel's OOM killer."""
     text = hit.line.text
+    ray = _RAY_WORKER_DIED.search(text)
+    if ray:
+        hit.scan.add(hit.scan.kills, Kill(hit.line, 9 if ray.group(1) == "NODE_OUT_OF_MEMORY" else None))
+        return
     launcher_kill = _SHELL_KILLED.search(text) or _ELASTIC_TERMINATE.search(text)
     if hit.says("Killing subprocess", "Killed process", "oom-kill") or launcher_kill:
         by_kernel = hit.says("Killed process", "oom-kill")
@@ -108,7 +120,9 @@ def _killed(hit: Hit) -> None:
 # ---- a stuck job ---------------------------------------------------------------------------------------
 
 _HANG = (
-    ("interrupted", re.compile(r"^KeyboardInterrupt\b|Received (?:Signals\.)?SIGINT|Signal 2 \(SIGINT\)")),
+    # the terminal's echo of Ctrl-C (`^C`) opens the line the user typed it on, before whatever the
+    # launcher prints next (huggingface/accelerate#2724: `^C[date] ... Killing subprocess`)
+    ("interrupted", re.compile(r"^KeyboardInterrupt\b|Received (?:Signals\.)?SIGINT|Signal 2 \(SIGINT\)|^\^C")),
     (
         "py_spy",
         re.compile(
@@ -221,6 +235,7 @@ SIGNALS = (
             rb"Socket Timeout",
             rb"ForInput: ",  # "[c10d] waitForInput: ... timed out"
             rb"Invalidate trace cache",
+            rb"\^C",  # the terminal's echo of Ctrl-C
             rb"watchdog got stuck",
             rb"Thread 0x",
             rb"Current thread 0x",
@@ -261,6 +276,7 @@ SIGNALS = (
             rb"Signal \d",
             rb"Kill",
             rb"SIGTERM",  # torch elastic's "Sending process N closing signal SIGTERM"
+            rb"Worker exit type",  # Ray's dead worker
             rb"SIGBUS",
             rb"Bus error",
             rb"Unexpected bus error",  # a DataLoader worker's
