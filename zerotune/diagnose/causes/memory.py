@@ -175,9 +175,15 @@ def host_killed(scan: Scan, offload_configured: bool) -> Diagnosis | None:
     )
 
 
+LAUNCHER_REPORT = "ChildFailedError"
+"""torch elastic's exception in the launcher process (torch/distributed/elastic/multiprocessing/errors,
+raised by launcher/api.py `launch_agent`): it reports that a worker failed, and the worker's own exit code
+or signal follows in its summary, so it is not a rank failing on its own (SimpleTuner#333: exitcode -9)."""
+
+
 def _failed_before(scan: Scan, line: int) -> bool:
-    """Whether a Python exception, or an exit that is not SIGKILL, comes before `line`."""
-    if any(e.number < line for e in scan.exceptions):
+    """Whether a Python exception of a rank, or an exit that is not SIGKILL, comes before `line`."""
+    if any(e.number < line and LAUNCHER_REPORT not in e.text for e in scan.exceptions):
         return True
     return any(e.line.number < line and e.kind == "exit" and e.value not in (-9, 9, 137) for e in scan.exits)
 
