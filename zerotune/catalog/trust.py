@@ -23,8 +23,9 @@ miss DeepSpeed's per-step, per-hook and optimizer-step costs; `zerotune calibrat
 CATALOG_ERROR_PCT = 25.7
 """Expected step-time error of a prediction from a catalog (datasheet) GPU profile: the throughput MAPE
 of every published source predicted leave-one-source-out (scripts/evidence/loso.py, data/evidence/loso.json
-"overall"; checked by tests/unit/test_published.py): 25.7% over the 153 timed of 176 runs with
-tohtana/ds_verify_loss in the suite (its three runs 29.5%), as over 151 before it. 25.2% over 167 runs
+"overall"; checked by tests/unit/test_published.py): 25.7% over the 153 timed of 197 runs (the 21
+memory-only runs of tohtana/bench_deep_compile add no timing), as with tohtana/ds_verify_loss in the suite (its
+three runs 29.5%) and over 151 before it. 25.2% over 167 runs
 before DeepSpeed issue 4036, ColossalAI issue 4719 and the Open-Llama README joined the suite (2026-11-28). Each prediction also states its own category's band
 (zerotune/model/band.py)."""
 
