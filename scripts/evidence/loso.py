@@ -146,6 +146,11 @@ def covering(errors: list[float], coverage: float = BAND_COVERAGE) -> float:
 MIN_BAND_RUNS = 5
 """A band category needs this many LOSO residuals of its own; below, its jobs get the overall band."""
 
+MIN_BAND_SOURCES = 3
+"""...and residuals from this many sources: leave-one-source-out errors of one source share that source's
+setup and measurement, so a band read off them states that source's spread, not the category's (the multi-node
+memory band was +-4% from 10 runs, 8 of them one benchmark's, when tohtana/bench_deep_compile joined)."""
+
 
 def bands(result: dict[str, Any]) -> dict[str, Any]:
     """Per band category and overall: the |error| bound covering BAND_COVERAGE of its LOSO residuals."""
@@ -155,8 +160,9 @@ def bands(result: dict[str, Any]) -> dict[str, Any]:
         errors = [r[key] for r in runs if r[key] is not None]
         out.setdefault("overall", {})[metric] = {"band": covering(errors), "runs": len(errors)}
         for name in sorted({r["band_category"] for r in runs}):
-            mine = [r[key] for r in runs if r[key] is not None and r["band_category"] == name]
-            if len(mine) >= MIN_BAND_RUNS:
+            rows = [r for r in runs if r[key] is not None and r["band_category"] == name]
+            mine = [r[key] for r in rows]
+            if len(mine) >= MIN_BAND_RUNS and len({r["source"] for r in rows}) >= MIN_BAND_SOURCES:
                 out["categories"].setdefault(name, {})[metric] = {"band": covering(mine), "runs": len(mine)}
     return out
 

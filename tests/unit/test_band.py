@@ -53,3 +53,23 @@ def test_categories_take_the_first_that_applies():
 def test_band_line_names_its_basis():
     band = expected_error("dense")
     assert band is not None and "leave-one-source-out" in band.line() and "±" in band.line()
+
+
+def test_a_category_band_needs_several_sources_not_only_several_runs():
+    """loso.bands: a category's own band needs MIN_BAND_SOURCES sources; ten runs of one benchmark state its
+    spread, not the category's (the multi-node memory band read +-4% off 8 runs of one source)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("loso_script", REPO / "scripts" / "evidence" / "loso.py")
+    loso = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(loso)
+
+    def rows(sources: int) -> list[dict]:
+        return [
+            {"band_category": "multi-node", "source": f"s{i % sources}", "tput_error": 0.02 * i, "memory_error": 0.01 * i}
+            for i in range(10)
+        ]
+
+    assert "multi-node" not in loso.bands({"runs": rows(1)})["categories"]
+    assert "multi-node" not in loso.bands({"runs": rows(loso.MIN_BAND_SOURCES - 1)})["categories"]
+    assert loso.bands({"runs": rows(loso.MIN_BAND_SOURCES)})["categories"]["multi-node"]["memory"]["runs"] == 10
