@@ -3,6 +3,8 @@ CPU allocator, the OOM killer's SIGKILL), NVMe offload's async I/O."""
 
 from __future__ import annotations
 
+import re
+
 from zerotune.diagnose.causes.evidence import evidence
 from zerotune.diagnose.records import Scan
 from zerotune.diagnose.report import (
@@ -181,11 +183,22 @@ raised by launcher/api.py `launch_agent`): it reports that a worker failed, and 
 or signal follows in its summary, so it is not a rank failing on its own (SimpleTuner#333: exitcode -9)."""
 
 
+WORKER_EXIT = re.compile(r"failed \(exitcode: -?\d+\) local_rank|exitcode\s+:\s+-?\d+|exits with return code = -?\d+")
+"""The launcher's report of the worker whose failure ended the job: torch elastic's "failed (exitcode: 1)
+local_rank: 1" and its summary's "exitcode : 1", DeepSpeed's "Process N exits with return code = 1". Both
+launchers end the other workers first (elastic's "closing signal SIGTERM", DeepSpeed's sigkill_handler "Killing
+subprocess") and report that worker's code after, so an exit of its own there (1: an uncaught Python exception)
+shows a rank that failed by itself even after those kills (DeepSpeed PR 8148: a CheckpointError whose exception
+line the post lacks, then elastic's SIGTERM and "exitcode: 1")."""
+
+
 def _failed_before(scan: Scan, line: int) -> bool:
-    """Whether a Python exception of a rank, or an exit that is not SIGKILL, comes before `line`."""
+    """Whether a Python exception of a rank, or an exit that is not SIGKILL, comes before `line`, or the
+    launcher reports the failed worker's own non-kill exit code (WORKER_EXIT) at any point."""
     if any(e.number < line and LAUNCHER_REPORT not in e.text for e in scan.exceptions):
         return True
-    return any(e.line.number < line and e.kind == "exit" and e.value not in (-9, 9, 137) for e in scan.exits)
+    own = [e for e in scan.exits if e.kind == "exit" and e.value not in (-9, 9, 137)]
+    return any(e.line.number < line or WORKER_EXIT.search(e.line.text) for e in own)
 
 
 CACHE_FLUSH_TITLE = "GPU memory pressure: allocator cache flushes"

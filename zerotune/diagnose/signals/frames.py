@@ -138,11 +138,27 @@ def _exception(hit: Hit) -> None:
                 return
 
 
+DTYPE_MISMATCH = re.compile(
+    r"expected scalar type \w+ but found \w+|[Ff]ound dtype \w+ but expected \w+"
+    r"|mat1 and mat2 (?:to have|must have) the same dtype|must have the same type as input tensor"
+    r"|dtypes match, got \w+ for the destination|Input type \(.+\) and weight type \(.+\) should be the same"
+)
+"""torch refusing to mix tensor dtypes (aten's "expected scalar type BFloat16 but found Float", matmul's "expected
+mat1 and mat2 to have the same dtype", c10d's all-gather "output tensor must have the same type as input tensor",
+index_put's "dtypes match, got Float for the destination"): the message names the failure, a precision mismatch
+between the model, its inputs and the config, so where it was raised says nothing of the cause. ZeRO-3's linear
+(DeepSeek-MoE#35: a gate computed in float32 against bf16 weights), ZeRO-3's parameter all-gather (Firefly#127:
+a bf16 model under an fp16 config) and the loss scaler's backward all raise it."""
+
+
 def located(scan: Scan) -> Event | None:
     """The family of the failure: the first exception raised in code of a family (RAISED_IN), else the
     deepest family frame before the first exception line (its stack), else the last family frame in
-    the log (a traceback cut before its exception line), else the first exception of a family."""
+    the log (a traceback cut before its exception line), else the first exception of a family. None when
+    the first exception is a dtype mismatch (DTYPE_MISMATCH): its message, not its place, says what failed."""
     first: LogLine | None = scan.exceptions[0] if scan.exceptions else None
+    if first is not None and DTYPE_MISMATCH.search(first.text):
+        return None
     raised = [e for e in scan.frame_causes if e.value == "raised" and first is not None and e.line == first]
     if raised:
         return raised[0]

@@ -109,6 +109,10 @@ _ZERO3: tuple[tuple[str, re.Pattern[str]], ...] = (
         "current_model_empty",
         re.compile(r"(?:the shape in current model is|\(which has shape) torch\.Size\(\[0\]\)"),
     ),
+    # torch.utils.checkpoint's recompute check: a tensor saved in the forward came back empty in the
+    # recompute, a parameter ZeRO-3 re-partitioned in place while the recompute ran (frozen LoRA base
+    # weights under non-reentrant checkpointing: transformers#47254, DeepSpeed PR 8148)
+    ("recomputed_empty", re.compile(r"recomputed (?:metadata: )?\{'shape': (?:torch\.Size\()?\[0\]")),
     ("weight_not_2d", re.compile(r"must be 2-D|must be a matrix")),
     (
         "empty_tensor_shape",
@@ -183,6 +187,7 @@ SIGNALS = (
         "zero3_errors",
         (
             rb"Size\(\[0\]\)",
+            rb"recomputed ",
             rb"Error: shape '",
             rb"AttributeError: ",
             rb"ZeroParamStatus",
