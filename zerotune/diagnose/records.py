@@ -169,6 +169,10 @@ class Scan:
     rejections: list[Rejection] = field(default_factory=list)
     kills: list[Kill] = field(default_factory=list)
     aio_errors: list[LogLine] = field(default_factory=list)
+    swap_refusals: list[LogLine] = field(default_factory=list)
+    """the file system refusing a write (permission denied, read-only): an NVMe swap folder when nvme_swap shows one"""
+    nvme_swap: list[LogLine] = field(default_factory=list)
+    """lines naming DeepSpeed's NVMe swap (its swapper classes, swap_tensor/ code, an nvme_path set)"""
     cpu_alloc_failures: list[tuple[LogLine, int | None]] = field(default_factory=list)
     """torch's CPU allocator refused an allocation (host RAM or an address-space limit): bytes asked"""
     version_errors: list[LogLine] = field(default_factory=list)

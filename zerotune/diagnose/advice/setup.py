@@ -187,6 +187,19 @@ def nvme_aio(d: Diagnosis, scan: Scan, job: Job) -> FixOut:
             ],
             "Or offload only the optimizer to NVMe, parameters to cpu.",
         )
+    if not scan.aio_errors and scan.swap_refusals:
+        # the file system refused the swap folder under nvme_path (transformers#16616)
+        return unchecked(
+            [
+                Change(
+                    key="zero_optimization.offload_param.nvme_path",
+                    old=None,
+                    new="a folder on a local NVMe drive the training user can write (and the same for offload_optimizer)",
+                    reason="the swappers create their swap folders under nvme_path at start-up; the write was refused",
+                )
+            ],
+            "Or remove the NVMe offload (offload_optimizer/offload_param device nvme → cpu).",
+        )
     return unchecked(
         [
             Change(

@@ -44,7 +44,7 @@ CAUSES: tuple[CauseRule, ...] = (
     CauseRule("config_rejected", ("rejections",), setup.config_rejected),
     CauseRule("client_optimizer_offload", ("client_optimizer",), setup.client_optimizer),
     CauseRule("gpu_oom", ("ooms",), memory.gpu_oom),
-    CauseRule("nvme_aio", ("aio_errors",), memory.nvme_aio),
+    CauseRule("nvme_aio", ("aio_errors", "swap_refusals"), memory.nvme_aio),
     CauseRule("zero3_param", ("zero3_errors",), training.zero3_param),
     CauseRule("checkpoint", ("checkpoint_errors",), training.checkpoint),
     CauseRule("fp16_overflow", ("fp16", "skipped_steps"), training.fp16_overflow),

@@ -67,6 +67,20 @@ def gpu_oom(scan: Scan, offload_configured: bool) -> Diagnosis | None:
 
 
 def nvme_aio(scan: Scan, offload_configured: bool) -> Diagnosis | None:
+    if not scan.aio_errors and scan.swap_refusals and scan.nvme_swap:
+        refused = scan.swap_refusals[0]
+        return Diagnosis(
+            cause="nvme_aio",
+            title="NVMe offload folder not writable",
+            explanation=(
+                "The file system refused a write while DeepSpeed's NVMe offload is set up: the swappers create "
+                "their swap folders under nvme_path at start-up, so nvme_path must be a folder on a local "
+                "NVMe drive that the training user can write (create it and chown it, or point nvme_path "
+                "elsewhere)."
+            ),
+            evidence=evidence([refused, scan.nvme_swap[0]]),
+            line=refused.number,
+        )
     if not scan.aio_errors:
         return None
     return Diagnosis(

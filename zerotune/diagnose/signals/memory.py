@@ -120,6 +120,13 @@ def _ascend_alloc_failed(hit: Hit) -> bool:
     return ASCEND_ALLOC_FAILED in hit.data[hit.start : hit.end] and hit.says("Failed to allocate memory")
 
 
+NCCL_ALLOC_FAILED = ("Failed to CUDA calloc", "Failed to CUDA malloc")
+"""NCCL's warning when its own device buffer cannot be allocated (`Failed to CUDA calloc 8388608 bytes`, also
+`calloc async`), printed under `ncclUnhandledCudaError` at a barrier or collective: the GPU is full, not the
+network (torchtitan PR 660: an 8 MiB barrier buffer after the first step; the NCCL buffers NCCL allocates
+lazily outside torch's caching allocator)."""
+
+
 def _gpu_oom(hit: Hit) -> None:
     line, s = hit.line, hit.scan
     if hit.says("NODE_OUT_OF_MEMORY"):
@@ -130,6 +137,7 @@ def _gpu_oom(hit: Hit) -> None:
         "OUT_OF_MEMORY",
         "cudaErrorMemoryAllocation",
         "CUBLAS_STATUS_ALLOC_FAILED",
+        *NCCL_ALLOC_FAILED,
         *CUBLAS_INIT,
     ):
         return
@@ -270,6 +278,25 @@ def _aio(hit: Hit) -> None:
         hit.scan.add(hit.scan.aio_errors, hit.line)
 
 
+_FS_REFUSAL = re.compile(r"PermissionError|\[Errno 13\] Permission denied|\[Errno 30\] Read-only file system")
+_NVME_PATH_SET = re.compile(r"nvme_path=PosixPath\(")
+
+
+def _swap_refusal(hit: Hit) -> None:
+    """The file system refusing a write (EACCES, EROFS): with DeepSpeed's NVMe swap in the log, the swap folder
+    under nvme_path, which the swappers create at start-up (swap_tensor/, transformers#16616: '/mnt/nvme0')."""
+    if _FS_REFUSAL.search(hit.line.text):
+        hit.scan.add(hit.scan.swap_refusals, hit.line)
+
+
+def _nvme_swap(hit: Hit) -> None:
+    """A line naming DeepSpeed's NVMe swap: a swapper class (AsyncPartitionedParameterSwapper,
+    PartitionedOptimizerSwapper...) or an nvme_path that is set (the config print shows `nvme_path=None` when
+    offload goes to the CPU). Frames in swap_tensor/ need no line here: the frame fallback places them."""
+    if hit.says("Swapper") or _NVME_PATH_SET.search(hit.line.text):
+        hit.scan.add(hit.scan.nvme_swap, hit.line)
+
+
 SIGNALS = (
     Signal(
         "ooms",
@@ -291,6 +318,10 @@ SIGNALS = (
         (rb"Unable to JIT load", rb"Assertion", rb"!= file bytes", rb"NoneType' object has no attribute"),
         (_aio,),
     ),
+    Signal("swap_refusals", (rb"PermissionError", rb"Permission denied", rb"Read-only file system"), (_swap_refusal,)),
+    # DeepSpeed's config print shows a set path as `nvme_path=PosixPath('/nvme')` (DeepSpeed#3376): the trigger
+    # starts at the rarer capital of that repr
+    Signal("nvme_swap", (rb"Swapper", rb"PosixPath\("), (_nvme_swap,)),
     Signal(
         "cpu_alloc_failures", (rb"DefaultCPUAllocator", rb"MemoryError", rb"bad_alloc"), (_cpu_alloc,)
     ),
