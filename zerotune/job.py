@@ -338,6 +338,21 @@ def inputs_from_launch(
     return JobInputs(**line.merged_into(said)), line.config, notices
 
 
+def sized_by_accelerate(inputs: JobInputs, accelerate: dict[str, Any] | None) -> tuple[JobInputs, list[str]]:
+    """An accelerate config read as the job's config sizes the job as its launcher does
+    (dsconfig/accelerate.py launcher_size), unless gpus, nodes or world_size were said (options or launch
+    line); the notice says where the size came from."""
+    from dataclasses import replace
+
+    from zerotune.dsconfig.accelerate import launcher_size
+
+    size = launcher_size(accelerate) if accelerate is not None else {}
+    if not size or any(v is not None for v in (inputs.gpus, inputs.nodes, inputs.world_size)):
+        return inputs, []
+    shown = ", ".join(f"{k}={v}" for k, v in size.items())
+    return replace(inputs, **size), [f"from the accelerate config (num_processes, num_machines): {shown}"]
+
+
 def read_inputs(
     said: dict[str, Any], launch: list[str] | None = None, training_args: str | None = None
 ) -> tuple[JobInputs, str | None, list[str]]:

@@ -1,4 +1,4 @@
-"""230 DeepSpeed configs from 75 public repositories the project had never used (tests/fixtures/unseen_configs):
+"""247 DeepSpeed configs from 83 public repositories the project had never used (tests/fixtures/unseen_configs):
 provenance, no crash, exit codes, zerotune's errors against DeepSpeed 0.19.8's own parser verdicts, and the
 findings checked by hand against DeepSpeed / accelerate source."""
 
@@ -38,8 +38,8 @@ def test_manifest_is_verbatim_and_unseen() -> None:
     rows = _manifest()
     with CORPUS_MANIFEST.open() as fh:
         seen = {r["repo"] for r in csv.DictReader(fh, delimiter="\t")}
-    assert len(rows) == len(list(CONFIGS.iterdir())) == 230
-    assert len({r["repo"] for r in rows}) == 75
+    assert len(rows) == len(list(CONFIGS.iterdir())) == 247
+    assert len({r["repo"] for r in rows}) == 83
     for row in rows:
         data = (HERE / row["filename"]).read_bytes()
         assert hashlib.sha256(data).hexdigest() == row["sha256"], row["filename"]
@@ -51,7 +51,7 @@ def test_validate_whole_set_never_crashes(cli) -> None:
         res = cli("validate", str(CONFIGS / "*"), "--format", "json", "--world-size", "8", *hf)
         assert res.code == 1  # some files have errors; none is a usage error
         doc = json.loads(res.stdout)
-        assert len(doc["files"]) == 230
+        assert len(doc["files"]) == 247
         codes = [d["code"] for f in doc["files"] for d in f["diagnostics"]]
         assert "ZT000" not in codes
     for path in sorted(CONFIGS.iterdir()):
@@ -274,7 +274,8 @@ def test_predict_reads_an_accelerate_yaml(cli) -> None:
 def test_predict_never_crashes(cli, name: str) -> None:
     res = cli("predict", "--config", str(CONFIGS / name), "--model", "llama-7b", "--json")
     assert res.code in (0, 1, 2) and "Traceback" not in res.stderr
-    # exit 2 only for the launcher files (accelerate, trainer's arguments) whose JSON is not found from here
+    # exit 2 only for the launcher files (accelerate, trainer's arguments) whose JSON is not found from here, and
+    # for multi-machine accelerate configs on the one-node default profile (the error names their size)
     if res.code == 2:
         assert "accelerate config" in res.stderr or "trainer's arguments" in res.stderr
         assert len(res.stderr.strip().splitlines()) <= 2
@@ -378,3 +379,23 @@ def test_trainer_yaml_reusing_deepspeed_section_names_is_read_as_its_deepspeed_s
     # a DeepSpeed config with as many DeepSpeed keys as others keeps its top level
     mixed = {"train_batch_size": 8, "optimizer": {"type": "Adam"}, "deepspeed": {"train_batch_size": 4}}
     assert load_bytes(json.dumps(mixed).encode(), "ds.json").section == ""
+
+
+def test_accelerate_config_sizes_the_job(cli) -> None:
+    """accelerate launch starts DeepSpeed with --num_gpus num_processes // num_machines and --num_nodes
+    num_machines (huggingface/accelerate src/accelerate/utils/launch.py prepare_deepspeed_cmd_env), so an
+    accelerate config given as --config sizes the job as its launcher does. Was: OpenWAM's `num_processes: 2`
+    predicted on the profile's 1x8 ranks."""
+    name = "OpenWAM-Official__OpenWAM__configs__accelerate__deepspeed_zero3.yaml"
+    res = cli("predict", "--config", str(CONFIGS / name), "--model", "llama-7b", "--json")
+    assert res.code == 0
+    workload = json.loads(res.stdout)["workload"]
+    assert (workload["world_size"], workload["nodes"]) == (2, 1), workload
+    # what is said on the command line wins
+    said = cli("predict", "--config", str(CONFIGS / name), "--model", "llama-7b", "--gpus", "4", "--json")
+    assert json.loads(said.stdout)["workload"]["world_size"] == 4
+    # 16 processes over 2 machines are 2 nodes of 8; a count that does not split evenly says nothing
+    assert accelerate.launcher_size({"num_processes": 16, "num_machines": 2}) == {"gpus": 8, "nodes": 2}
+    assert accelerate.launcher_size({"num_processes": 8}) == {"gpus": 8, "nodes": 1}
+    assert accelerate.launcher_size({"num_processes": 6, "num_machines": 4}) == {}
+    assert accelerate.launcher_size({"num_processes": "8"}) == {}

@@ -63,7 +63,7 @@ def command(
     from zerotune.dsconfig.load import config_data, load_path
     from zerotune.errors import InputError
     from zerotune.files import is_readable_file
-    from zerotune.job import check_step_inputs, read_inputs, resolve_job
+    from zerotune.job import check_step_inputs, read_inputs, resolve_job, sized_by_accelerate
     from zerotune.lint.runner import rejections
     from zerotune.model.step import predict_step
     from zerotune.render import console
@@ -87,8 +87,16 @@ def command(
             inputs, _, launched = read_inputs(said, None, arguments)
         except InputError as exc:
             launched = [f"the training arguments in {arguments} are not read ({exc.message}): pass them as options"]
+    inputs, sized = sized_by_accelerate(inputs, loaded.accelerate)
+    launched = [*launched, *sized]
     raw = config_data(loaded)
-    job = resolve_job(inputs, raw, record)
+    try:
+        job = resolve_job(inputs, raw, record)
+    except InputError as exc:
+        if not sized:
+            raise
+        # a size the file gave that the profile cannot take (several machines on a one-node profile)
+        raise InputError(f"{exc.message} ({sized[0]})", hint=exc.hint) from None
     job.notices[:0] = launched
     if record is not None:
         job.notices.insert(0, f"workload from {record_path(config)} (what recommend predicted; flags override it)")

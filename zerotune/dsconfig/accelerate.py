@@ -31,6 +31,19 @@ def deepspeed_block(data: dict[str, Any]) -> dict[str, Any]:
     return block if isinstance(block, dict) else {}
 
 
+def launcher_size(data: dict[str, Any]) -> dict[str, int]:
+    """The job size the file gives its launcher, as JobInputs gpus/nodes: accelerate launch starts DeepSpeed
+    with `--num_gpus num_processes // num_machines --num_nodes num_machines` (num_processes counts ranks over
+    all machines; huggingface/accelerate src/accelerate/utils/launch.py prepare_deepspeed_cmd_env). Empty
+    when either is missing or not a positive whole number (then the profile sizes the job)."""
+    processes, machines = data.get("num_processes"), data.get("num_machines", 1)
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (processes, machines)):
+        return {}
+    if processes % machines:
+        return {}  # no whole number of ranks per machine: the launcher's arithmetic floors, say nothing
+    return {"gpus": processes // machines, "nodes": machines}
+
+
 def config_file(data: dict[str, Any]) -> str | None:
     """The DeepSpeed JSON the accelerate config names (read relative to the launch folder), if any."""
     path = deepspeed_block(data).get("deepspeed_config_file")
