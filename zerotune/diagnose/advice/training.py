@@ -102,6 +102,13 @@ _CHECKPOINT_FIX: dict[str, tuple[str, object, object, str]] = {
         "the checkpoint's own config",
         "build the model from the config the checkpoint was saved with (hidden size, vocabulary) before loading it",
     ),
+    "folder_as_file": (
+        "(script) checkpoint path",
+        None,
+        "the folder, loaded by the same DeepSpeed strategy",
+        "resume through DeepSpeed's load_checkpoint (the strategy that saved it), or convert the folder to one "
+        "file with zero_to_fp32.py (convert_zero_checkpoint_to_fp32_state_dict) before loading it elsewhere",
+    ),
     "files_missing": (
         "(script) checkpoint folder",
         None,

@@ -127,6 +127,10 @@ _CHECKPOINT_TEXT = {
         "Converting the ZeRO checkpoint (zero_to_fp32) failed: the per-rank files of one save are "
         "incomplete, mixed with another save, or from another layout."
     ),
+    "folder_as_file": (
+        "A checkpoint folder was opened as one file: a DeepSpeed checkpoint is a folder of per-rank files, "
+        "which only DeepSpeed's loader (or zero_to_fp32 after conversion) reads."
+    ),
     "files_missing": "A ZeRO checkpoint file (per-rank model or optimizer states) is missing.",
     "unwritable": (
         "A checkpoint file could not be written: torch.save's or safetensors' writer stopped short, which is the "

@@ -47,9 +47,11 @@ FAMILIES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         # and `_update_scale` of stage3.py, stage_1_and_2.py and fp16/(un)fused_optimizer.py call it
         ("fp16_overflow", r"deepspeed/runtime/fp16/loss_scaler\.py|\s(?:_overflow_check_and_loss_scale_update|_update_scale)$"),
         (
+            # runtime/state_dict_factory.py is DeepSpeed's reader of the mp_rank_*_model_states.pt files
+            # (SDLoaderFactory; `check_ckpt_list` asserts it was given some: DeepSpeed PR 1322's report)
             "checkpoint",
             r"deepspeed/checkpoint/|checkpoint_engine/|zero_to_fp32\.py|ds_to_universal\.py|torch/serialization\.py"
-            r"|safetensors/|\s(?:" + CHECKPOINT_FUNCTIONS + r")$",
+            r"|deepspeed/runtime/state_dict_factory\.py|safetensors/|\s(?:" + CHECKPOINT_FUNCTIONS + r")$",
         ),
         (
             "zero3_param",

@@ -52,6 +52,16 @@ _CHECKPOINT_LINES: tuple[tuple[str, re.Pattern[str]], ...] = (
         ),
     ),
     (
+        # a checkpoint that is a folder opened as one file: DeepSpeed saves a folder of per-rank files (and
+        # Lightning's DeepSpeed strategies name that folder `*.ckpt`), which torch.load/open cannot read as a
+        # file (lightning-thunder#1942: "Is a directory: '.../last.ckpt'")
+        "folder_as_file",
+        re.compile(
+            r"IsADirectoryError: .*Is a directory: '[^']*(?:\.(?:ckpt|pt|pth|bin|safetensors)|checkpoint[^'/]*"
+            r"|global_step\d+)/?'"
+        ),
+    ),
+    (
         "files_missing",
         re.compile(r"(?:mp_rank_\d+_model_states|_optim_states)\.pt|Unable to find latest file at"),
     ),
@@ -169,6 +179,7 @@ SIGNALS = (
             rb"_model_states\.pt",
             rb"No ZeRO files found",
             rb"Unable to find latest file",
+            rb"Is a directory",
             rb"SafetensorError",
             rb"Error while deserializing",
             rb"PytorchStreamReader",
