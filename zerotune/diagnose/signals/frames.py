@@ -44,8 +44,14 @@ FAMILIES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("nvme_aio", r"deepspeed/runtime/swap_tensor/|deepspeed/ops/aio/|deepspeed/nvme/"),
         # the loss scaler's update after an overflow: DynamicLossScaler.update_scale (runtime/fp16/
         # loss_scaler.py) raises at the minimum scale; stage3.py `_overflow_check_and_loss_scale_update`,
-        # and `_update_scale` of stage3.py, stage_1_and_2.py and fp16/(un)fused_optimizer.py call it
-        ("fp16_overflow", r"deepspeed/runtime/fp16/loss_scaler\.py|\s(?:_overflow_check_and_loss_scale_update|_update_scale)$"),
+        # and `_update_scale` of stage3.py, stage_1_and_2.py and fp16/(un)fused_optimizer.py call it. The
+        # scaler's `backward` is no such place: it only scales the loss and calls torch's backward, so every
+        # fp16 ZeRO backward passes it, whatever fails below (DeepSpeed#4505: a bare ZeRO-3 bucket assert
+        # under `loss_scaler.py ... in backward` / `scaled_loss.backward(...)`)
+        (
+            "fp16_overflow",
+            r"deepspeed/runtime/fp16/loss_scaler\.py (?!backward$)|\s(?:_overflow_check_and_loss_scale_update|_update_scale)$",
+        ),
         (
             # runtime/state_dict_factory.py is DeepSpeed's reader of the mp_rank_*_model_states.pt files
             # (SDLoaderFactory; `check_ckpt_list` asserts it was given some: DeepSpeed PR 1322's report)

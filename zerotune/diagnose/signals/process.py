@@ -11,8 +11,9 @@ import re
 from zerotune.diagnose.records import Event, Kill
 from zerotune.diagnose.signals.signal import Hit, Signal
 
-EXCEPTION_LINE = re.compile(r"^\s*(?:[\w.]+\.)?\w*(?:Error|Exception): ")
-"""`RuntimeError: ...`, `torch.OutOfMemoryError: ...`: the last line of a Python traceback."""
+EXCEPTION_LINE = re.compile(r"^\s*(?:[\w.]+\.)?(?:\w*(?:Error|Exception): |\w+(?:Error|Exception)\s*$)")
+"""`RuntimeError: ...`, `torch.OutOfMemoryError: ...`: the last line of a Python traceback; an exception
+raised without a message is its bare name (a bare `assert` prints `AssertionError` alone: DeepSpeed#4505)."""
 
 
 def _traceback(hit: Hit) -> None:
