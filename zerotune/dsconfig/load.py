@@ -26,6 +26,7 @@ import math
 import re
 from bisect import bisect_right
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
@@ -340,15 +341,23 @@ _OMEGACONF_FLOAT = re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9
 _INTERPOLATION = re.compile(r"\$\{[^}\n]+\}")
 
 
-def _omegaconf_yaml(text: str) -> Any:
-    """The YAML as SwissArmyTransformer reads it (OmegaConf.load): `1e-8` is a float there."""
+@cache
+def _omegaconf_loader() -> Any:
+    """A SafeLoader subclass with OmegaConf's float resolver, built once (a resolver added to a class stays)."""
     import yaml
 
     class _Loader(yaml.SafeLoader):
         pass
 
     _Loader.add_implicit_resolver("tag:yaml.org,2002:float", _OMEGACONF_FLOAT, list("-+0123456789"))
-    return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
+    return _Loader
+
+
+def _omegaconf_yaml(text: str) -> Any:
+    """The YAML as SwissArmyTransformer reads it (OmegaConf.load): `1e-8` is a float there."""
+    import yaml
+
+    return yaml.load(text, Loader=_omegaconf_loader())  # noqa: S506 - a SafeLoader subclass
 
 
 def read_config(path: str | Path) -> dict[str, Any]:
