@@ -399,3 +399,31 @@ def test_accelerate_config_sizes_the_job(cli) -> None:
     assert accelerate.launcher_size({"num_processes": 8}) == {"gpus": 8, "nodes": 1}
     assert accelerate.launcher_size({"num_processes": 6, "num_machines": 4}) == {}
     assert accelerate.launcher_size({"num_processes": "8"}) == {}
+
+
+def test_validate_judges_an_accelerate_config_at_the_size_predict_predicts(cli) -> None:
+    """One job, one number: validate's memory rules resolve an accelerate config at the ranks it launches, as
+    predict does (Context.launcher_size; was: validate judged OpenWAM's 2-process ZeRO-3 job on the profile's
+    8 ranks, 31.9 GiB per GPU, while predict said 104.8 GiB for the same file and options)."""
+    name = str(CONFIGS / "OpenWAM-Official__OpenWAM__configs__accelerate__deepspeed_zero3.yaml")
+    job = ("--model", "llama-13b", "--profile", "dgx-h100", "--gpu-memory", "30")
+    predicted = json.loads(cli("predict", "--config", name, *job, "--json").stdout)
+    res = cli("validate", name, *job, "--json")
+    assert res.code == 1
+    found = {d["code"]: d["message"] for d in json.loads(res.stdout)["files"][0]["diagnostics"]}
+    total = predicted["memory"]["per_gpu_bytes"] / 2**30
+    assert f"predicted peak {total:.2f} GiB" in found["ZT901"], (total, found["ZT901"])
+    assert "2 GPUs x 1 node" in found["ZT006"]
+    # --world-size said on the command line wins, and the batch rules read the launched world too
+    said = json.loads(cli("validate", name, *job, "--world-size", "8", "--json").stdout)
+    assert "2 GPUs" not in {d["code"]: d["message"] for d in said["files"][0]["diagnostics"]}["ZT006"]
+
+
+def test_a_multi_machine_accelerate_config_on_a_one_node_profile_says_why_memory_is_not_judged(cli) -> None:
+    """Mantis' 2 x 4-process accelerate config on the one-node default profile: predict exits 2 naming the size;
+    validate, a linter over many files, says in ZT006 why it judged no memory for this file, exit 0."""
+    name = str(CONFIGS / "TIGER-AI-Lab__Mantis__mantis__train__accelerate_configs__accelerate_config_zero3++.yaml")
+    res = cli("validate", name, "--model", "llama-13b", "--profile", "dgx-h100", "--json")
+    assert res.code == 0, res.stdout
+    codes = {d["code"]: d["message"] for d in json.loads(res.stdout)["files"][0]["diagnostics"]}
+    assert "ZT000" not in codes and "cannot hold" in codes["ZT006"] and "inter_node" in codes["ZT006"]

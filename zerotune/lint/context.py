@@ -89,6 +89,26 @@ class Context:
         return value if value in (0, 1, 2, 3) else 0
 
     @cached_property
+    def launcher_size(self) -> dict[str, int]:
+        """The job size an accelerate config gives its launcher (gpus per node, nodes), unless --world-size or
+        --gpus was said: predict sizes the same file so (zerotune.job.sized_by_accelerate), and the rules judge
+        the job it runs. Empty for other files."""
+        from zerotune.dsconfig.accelerate import launcher_size
+
+        if self.loaded.accelerate is None or self.options.world_size is not None or self.options.gpus is not None:
+            return {}
+        return launcher_size(self.loaded.accelerate)
+
+    @property
+    def world_size(self) -> int | None:
+        """The data-parallel world the batch and group rules check against: --world-size, else the ranks an
+        accelerate config launches (num_processes), else unknown."""
+        if self.options.world_size is not None:
+            return self.options.world_size
+        size = self.launcher_size
+        return size["gpus"] * size["nodes"] if size else None
+
+    @cached_property
     def stage_known(self) -> bool:
         """False when the stage is "auto" or unreadable (then stage-applicability rules stay quiet)."""
         section = self.config.get("zero_optimization")

@@ -43,7 +43,7 @@ def _numbers(ctx: Context) -> dict[str, float] | None:
 
 
 def _world(ctx: Context) -> float | None:
-    w = ctx.options.world_size
+    w = ctx.world_size
     if w is None:
         return None
     sp = ctx.top_number("sequence_parallel_size")
@@ -258,7 +258,7 @@ class ImpliedWorldSize(Rule):
 
     def check(self, ctx: Context) -> Iterator[Diagnostic]:
         nums = _numbers(ctx)
-        if ctx.options.world_size is not None or nums is None or len(nums) < 3:
+        if ctx.world_size is not None or nums is None or len(nums) < 3:
             return
         tb, mb, gas = nums[TB], nums[MB], nums[GAS]
         if tb % (mb * gas) == 0:

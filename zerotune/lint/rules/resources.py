@@ -104,12 +104,23 @@ def check_job_options(o: LintOptions) -> None:
         resolve_job(_inputs(o), None, None)
 
 
-def _judge(ctx: Context) -> tuple[Any, Any, Any]:
+def _judge(ctx: Context) -> tuple[Any, Any, Any] | None:
+    from dataclasses import replace
+
+    from zerotune.errors import InputError
     from zerotune.job import resolve_job
     from zerotune.schema.record import read_record
 
-    inputs = _inputs(ctx.options)
-    job = resolve_job(inputs, ctx.config, read_record(ctx.loaded.path))  # the job recommend wrote it for
+    # an accelerate config runs as many ranks as it launches, as predict sizes it (Context.launcher_size)
+    inputs = replace(_inputs(ctx.options), **ctx.launcher_size)
+    try:
+        job = resolve_job(inputs, ctx.config, read_record(ctx.loaded.path))  # the job recommend wrote it for
+    except InputError as exc:
+        if not ctx.launcher_size:
+            raise
+        # several machines on a one-node profile: ZT006 says why the memory rules say nothing of this file
+        ctx.memo["unsized"] = exc.message
+        return None
     memory = job.memory()
     return memory, job.verdict(memory), job.workload
 

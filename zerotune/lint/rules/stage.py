@@ -257,7 +257,7 @@ class HpzWorldSize(Rule):
     message = "zero_hpz_partition_size {hpz} does not divide the world size {world}"
 
     def check(self, ctx: Context) -> Iterator[Diagnostic]:
-        world = ctx.options.world_size
+        world = ctx.world_size
         key, hpz = ctx.zero_value("zero_hpz_partition_size")
         if world is None or key is None or ctx.stage != 3 or hpz <= 1:
             return

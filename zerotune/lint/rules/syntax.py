@@ -222,7 +222,11 @@ class AccelerateConfig(Rule):
     mapping, a GPT-NeoX config (model-shape arguments such as `num-layers` next to DeepSpeed's keys) as
     the DeepSpeed keys NeoX passes on, and a trainer's arguments file (HF TrainingArguments, TRL,
     LLaMA-Factory or axolotl YAML/JSON with `deepspeed: ds.json`) as the JSON it names, read from the launch
-    folder with HF's "auto" filling (`deepspeed:` empty: DeepSpeed is not used).
+    folder with HF's "auto" filling (`deepspeed:` empty: DeepSpeed is not used). An accelerate config's
+    `num_processes` over `num_machines` is the job's size, as `accelerate launch` starts it and as `predict`
+    sizes it, unless `--world-size` or `--gpus` is given: the batch and memory rules judge that job, and a
+    size the profile cannot hold (several machines on a one-node profile) is said here instead of a memory
+    finding.
 
     ## Why is this bad?
     It is not: it is information. Read as a DeepSpeed config, every launcher key (num_processes,
@@ -284,6 +288,14 @@ class AccelerateConfig(Rule):
             detail = (
                 "an HF accelerate config: checked as the DeepSpeed config accelerate builds from its options"
             )
+        if ctx.launcher_size and accelerate.uses_deepspeed(raw):
+            size = ctx.launcher_size
+            detail += f"; judged at the size it launches: {size['gpus']} GPUs x {size['nodes']} node(s) (num_processes, num_machines)"
+            if ctx.options.model and (ctx.options.profile or ctx.options.gpu_memory_gib):
+                from zerotune.lint.rules.resources import judged
+
+                if judged(ctx) is None and "unsized" in ctx.memo:
+                    detail += f", which the profile cannot hold, so no memory finding ({ctx.memo['unsized']})"
         yield self.emit(ctx, "", detail=detail)
 
 
