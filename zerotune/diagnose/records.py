@@ -103,7 +103,8 @@ class CollectiveFailure:
     rank: int | None = None
     detail: str | None = None
     """for an error, what NCCL said failed when it says: shm (its /dev/shm segment) or duplicate_gpu; for
-    a timeout, `either` when the line is torch's for an error or a timeout alike"""
+    a timeout, `either` when the line is torch's for an error or a timeout alike, `nccl_id` when the ranks
+    timed out waiting for rank 0's NCCL communicator id (nccl.NCCL_ID_WAIT)"""
 
 
 @dataclass

@@ -68,6 +68,21 @@ def nccl_timeout(scan: Scan, offload_configured: bool) -> Diagnosis | None:
     c = next((t for t in timeouts if t.op), timeouts[0])
     ranks = sorted({t.rank for t in timeouts if t.rank is not None})
     size = f", {c.numel:,} elements" if c.numel else ""
+    if c.detail == "nccl_id":
+        return Diagnosis(
+            cause="nccl_timeout",
+            title="NCCL set-up timed out waiting for rank 0",
+            explanation=(
+                f"Rank(s) {', '.join(map(str, ranks)) or '?'} waited in their first NCCL collective for rank 0 "
+                "to publish the communicator id through the c10d store, and the wait timed out: rank 0 had not "
+                "reached that collective. Look at what rank 0 did meanwhile (rank-0-only work such as "
+                "tokenising the dataset under main_process_first, loading or saving, or a failure on rank 0); "
+                "raise the timeout only if that work is legitimately long."
+            ),
+            evidence=evidence([t.line for t in timeouts]),
+            collective=CollectiveInfo(kind="timeout", ranks=ranks),
+            line=min(t.line.number for t in timeouts),
+        )
     return Diagnosis(
         cause="nccl_timeout",
         title=f"NCCL {c.op or 'collective'} timed out",

@@ -29,6 +29,18 @@ proxy (ncclRemoteError/ncclSystemError), whether or not torch's NCCL error line 
 (finetrainers#16: only these WARN lines; DeepSpeed#2931: with the error). Older NCCL prints "Got completion
 with error 12, opcode 1, ..." without the peer."""
 
+NCCL_ID_WAIT = re.compile(
+    r"(?:\[(\d+)\] )?is setting up NCCL communicator and retr(?:ie|ei)ving ncclUniqueId from \[\d+\]"
+    r".*got error: .*(?:[Tt]imeout|timed out)"
+)
+"""torch's ProcessGroupNCCL::broadcastUniqueNCCLID timing out: a rank's first collective on a communicator
+waits in the c10d store for the NCCL id that rank 0 publishes when it reaches the same collective, up to the
+process group's timeout (`Socket Timeout`, `wait timeout after 1800000ms`; older torch spells it
+"retreiving"). Rank 0 did not arrive in time, as in the watchdog's timeout of a collective, seen before the
+communicator exists: newer torch reports the same wait as the watchdog's timeout of that first collective
+(rank 0 tokenising for 30 min: LlamaFactory#2424's ALLREDUCE SeqNum=2, Finetune-ChatGLM2-6B#13's
+store->get). Other errors there (`Connection reset by peer`, `Broken pipe`) say rank 0's store went away."""
+
 MAX_WARNINGS = 5
 """NCCL WARN lines kept (a few show what failed; they must not crowd timeouts out of the bounded list)."""
 
@@ -55,6 +67,9 @@ def _failure(hit: Hit) -> None:
             rank=rank,
         )
         s.add(s.collectives, failure)
+    elif (w := NCCL_ID_WAIT.search(text)) is not None:
+        waiting = int(w.group(1)) if w.group(1) else rank
+        s.add(s.collectives, CollectiveFailure(hit.line, "timeout", rank=waiting, detail="nccl_id"))
     elif (t := re.search(r"Timeout at NCCL work: (\d+)", text)) is not None:
         s.add(s.collectives, CollectiveFailure(hit.line, "timeout", seq=int(t.group(1)), rank=rank))
     elif hit.says("collective operation timeout"):

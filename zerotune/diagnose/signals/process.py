@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 
 from zerotune.diagnose.records import Event, Kill
+from zerotune.diagnose.signals.nccl import NCCL_ID_WAIT
 from zerotune.diagnose.signals.signal import Hit, Signal
 
 EXCEPTION_LINE = re.compile(r"^\s*(?:[\w.]+\.)?(?:\w*(?:Error|Exception): |\w+(?:Error|Exception)\s*$)")
@@ -175,6 +176,8 @@ experiment left the tuner waiting)."""
 
 
 def _hang(hit: Hit) -> None:
+    if NCCL_ID_WAIT.search(hit.line.text):
+        return  # a collective's wait for rank 0 timing out in the store: nccl.py's timeout, no start-up hang
     for kind, pattern in _HANG:
         if pattern.search(hit.line.text):
             hit.scan.add(hit.scan.hangs, Event(hit.line, kind))
