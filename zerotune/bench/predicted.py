@@ -148,7 +148,7 @@ def _predict_step(result: BenchResult, hardware: Any) -> Prediction:
     offload = zero.offload_optimizer.device != "none" or zero.offload_param.device != "none"
     kind = job_kind(model.name, zero.stage, zero.offload_optimizer.device, zero.offload_param.device, workload.activation_checkpointing)  # fmt: skip
     return Prediction(
-        expected_error_pct=quoted_error(hardware, job_band(model, workload, offload), kind).throughput_pct,
+        expected_error_pct=quoted_error(hardware, job_band(model, workload, offload), kind).step_time_pct,
         step_time_s=predicted,
         phases=phases,
         collectives=calls,

@@ -1,5 +1,5 @@
 """How far to trust a hardware profile's numbers: where each comes from (catalog datasheet, probe,
-calibration, the user's own run) and the step-time error the evidence suites measured for each kind of
+calibration, the user's own run) and the error the evidence suites measured for each kind of
 profile, which predict, recommend and bench quote."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ miss DeepSpeed's per-step, per-hook and optimizer-step costs; `zerotune calibrat
 (4.0-8.5% held-out)."""
 
 CATALOG_ERROR_PCT = 25.7
-"""Expected step-time error of a prediction from a catalog (datasheet) GPU profile: the throughput MAPE
+"""Expected throughput error of a prediction from a catalog (datasheet) GPU profile: the throughput MAPE
 of every published source predicted leave-one-source-out (scripts/evidence/loso.py, data/evidence/loso.json
 "overall"; checked by tests/unit/test_published.py): 25.7% over the 153 timed of 197 runs (the 21
 memory-only runs of tohtana/bench_deep_compile add no timing), as with tohtana/ds_verify_loss in the suite (its
@@ -46,7 +46,7 @@ def job_kind(model: str, stage: int, offload_optimizer: str, offload_param: str,
 
 
 def from_your_runs(profile: HardwareProfile, job: str | None = None) -> tuple[float, str] | None:
-    """(expected step-time error in percent, how it was measured) when the profile's step-time numbers
+    """(expected throughput error in percent, how it was measured) when the profile's step-time numbers
     were fitted on the user's own runs (`calibrate --from-log`/`--measured`: each such value names its
     run), else None. With `job` (job_kind of the job predicted) a one-run calibration states the error of
     its regime: a job of a kind it ran, or another kind."""
@@ -62,18 +62,40 @@ def from_your_runs(profile: HardwareProfile, job: str | None = None) -> tuple[fl
     return cal.expected_error_pct, method
 
 
-def expected_error(profile: HardwareProfile, job: str | None = None) -> tuple[float, str] | None:
-    """(expected step-time error in percent, how it is known) of predictions from this profile: the
-    calibration's own (its self-check, or for one on the user's runs its stated error, for `job`'s
-    kind where it is given), else the probe-only or catalog error of the evidence suites; None for a
-    calibration made before the self-check existed."""
-    if (yours := from_your_runs(profile, job)) is not None:
-        return yours[0], "calibrated on your run(s)"
+def reciprocal_band_pct(pct: float) -> float:
+    """The band a +-`pct` band on step time allows on throughput, or one on throughput allows on step time
+    (time and rate are reciprocals): a value p% under runs the other 1/(1 - p) - 1 over, p% over runs it
+    1 - 1/(1 + p) under; the larger side is stated, so a band carried to the other metric stays true
+    (6% of step time is 6.4% of throughput)."""
+    p = min(pct, 99.0) / 100
+    return (1 / (1 - p) - 1) * 100
+
+
+def _self_measured(profile: HardwareProfile) -> tuple[float, str] | None:
+    """(expected step-time error in percent, how it is known) of a profile measured on this machine: its
+    calibration's self-check, else the probe-only figure; None for a catalog profile or a calibration
+    made before the self-check existed. Both measure held-out step times."""
     if profile.calibration is not None:
         pct = profile.calibration.expected_error_pct
         return (pct, "the calibration's self-check") if pct is not None else None
     if profile.origin == "probe":
         return PROBE_ONLY_ERROR_PCT, "probe-only, scripts/evidence/accuracy.py"
+    return None
+
+
+def expected_error(profile: HardwareProfile, job: str | None = None) -> tuple[float, str] | None:
+    """(expected throughput error in percent, how it is known) of predictions from this profile: the
+    calibration's own (its self-check, or for one on the user's runs its stated error, for `job`'s
+    kind where it is given), else the probe-only or catalog error of the evidence suites; None for a
+    calibration made before the self-check existed. The self-check and the probe-only figure measure
+    step time (held-out step times on this machine): they are stated as the throughput error their
+    band allows (reciprocal_band_pct); the catalog and your-runs figures are throughput errors."""
+    if (yours := from_your_runs(profile, job)) is not None:
+        return yours[0], "calibrated on your run(s)"
+    if (measured := _self_measured(profile)) is not None:
+        return reciprocal_band_pct(measured[0]), measured[1]
+    if profile.calibration is not None:  # calibrated before the self-check existed
+        return None
     return CATALOG_ERROR_PCT, "catalog profile, leave-one-source-out: scripts/evidence/loso.py"
 
 
@@ -85,11 +107,14 @@ class Quoted:
     throughput_pct: float | None
     line: str | None
     doc: dict[str, object] | None
+    step_time_pct: float | None = None
+    """The same band on step time (bench compares step times): the self-check's and probe's own figure,
+    else the throughput band carried over (reciprocal_band_pct)."""
 
 
 def quoted_error(profile: HardwareProfile, band: Band | None, job: str | None = None) -> Quoted:
     """The expected error of a job predicted from `profile` (a line, the --json `expected_error`, and the
-    step-time percent). The published band of the job's category (zerotune/model/band.py) speaks for
+    throughput percent). The published band of the job's category (zerotune/model/band.py) speaks for
     catalog numbers only: a profile whose step-time numbers were measured on this machine (a
     `zerotune calibrate` self-check, a probe) or on the user's own runs (`calibrate --from-log`, by the
     job's kind `job`) quotes that evidence's error instead, since its numbers are not the published
@@ -99,25 +124,28 @@ def quoted_error(profile: HardwareProfile, band: Band | None, job: str | None = 
         if band is None or band.throughput is None:
             pct = CATALOG_ERROR_PCT
             line = f"expected error: throughput ±{pct:.0f}% (catalog profile, all published runs leave-one-source-out)"
-            return Quoted(pct, line, {"throughput": pct / 100, "throughput_from": "catalog profile: loso.py overall"})
-        return Quoted(band.throughput * 100, band.line(), band.as_dict())
+            doc = {"throughput": pct / 100, "throughput_from": "catalog profile: loso.py overall"}
+            return Quoted(pct, line, doc, reciprocal_band_pct(pct))
+        return Quoted(band.throughput * 100, band.line(), band.as_dict(), reciprocal_band_pct(band.throughput * 100))
     if yours is not None:
         pct, method = yours
+        step_pct = reciprocal_band_pct(pct)
         said = f"from this profile's calibration on your run(s) ({method})"
         whence = f"calibration on your run(s): {method}"
     else:
-        stated = expected_error(profile)
-        if stated is None:  # a calibration made before the self-check existed: nothing to state
+        measured = _self_measured(profile)
+        if measured is None:  # a calibration made before the self-check existed: nothing to state
             return Quoted(None, None, None)
-        pct, method = stated
-        said, whence = f"({method})", method
+        step_pct, method = measured
+        pct = reciprocal_band_pct(step_pct)
+        said, whence = f"({method}: +-{step_pct:.1f}% step time)", method
     line = f"expected error: throughput ±{pct:.0f}% {said}, not the published band: its step-time numbers are not the published runs'"
     doc: dict[str, object] = {"throughput": pct / 100, "throughput_from": whence}
     if band is not None:
         doc |= {"category": band.category, "memory": band.memory, "published_throughput": band.throughput}
         if band.memory is not None:
             line += f"; peak memory ±{band.memory:.0%} (the published {band.category} band)"
-    return Quoted(pct, line, doc)
+    return Quoted(pct, line, doc, step_pct)
 
 
 def provenance(profile: HardwareProfile) -> str:
@@ -132,7 +160,7 @@ def provenance(profile: HardwareProfile) -> str:
             f"~{PROBE_ONLY_ERROR_PCT:.0f}%; run `zerotune calibrate`"
         )
     return (
-        "datasheet numbers and assumed efficiencies, not measured here: on published runs step times were "
+        "datasheet numbers and assumed efficiencies, not measured here: on published runs throughput was "
         f"off by ~{CATALOG_ERROR_PCT:.0f}%"
     )
 
