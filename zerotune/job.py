@@ -305,7 +305,10 @@ def read_training_args(path: str) -> dict[str, Any]:
 
 
 def inputs_from_launch(
-    said: dict[str, Any], launch: list[str] | None, training_args: str | None
+    said: dict[str, Any],
+    launch: list[str] | None,
+    training_args: str | None,
+    arguments: dict[str, Any] | None = None,
 ) -> tuple[JobInputs, str | None, list[str]]:
     """JobInputs from what was said explicitly (not None) over a launch line (zerotune.schema.launch_line)
     over a TrainingArguments file; the DeepSpeed config the line names; notices listing what it left
@@ -314,7 +317,9 @@ def inputs_from_launch(
 
     line = LaunchLine()
     if training_args is not None:
-        apply_training_args(read_training_args(training_args), line)
+        apply_training_args(read_training_args(training_args) if arguments is None else arguments, line)
+        if arguments is not None:
+            line.inputs["hf"] = True  # HF Trainer got the DeepSpeed config as a dict: it fills the "auto" values
         line.notes.append(f"training arguments read from {training_args}")
     if launch:
         parsed = parse_launch(launch, read=read_training_args)
@@ -354,12 +359,16 @@ def sized_by_accelerate(inputs: JobInputs, accelerate: dict[str, Any] | None) ->
 
 
 def read_inputs(
-    said: dict[str, Any], launch: list[str] | None = None, training_args: str | None = None
+    said: dict[str, Any],
+    launch: list[str] | None = None,
+    training_args: str | None = None,
+    arguments: dict[str, Any] | None = None,
 ) -> tuple[JobInputs, str | None, list[str]]:
     """The job options every modelling command takes (predict, diagnose): what was said (None: not
-    said), over the launch line and TrainingArguments file when given (inputs_from_launch); checked."""
+    said), over the launch line and TrainingArguments file when given (inputs_from_launch); checked.
+    `arguments`: the TrainingArguments already read from `training_args` (a launcher file's section)."""
     if launch or training_args:
-        inputs, config, notices = inputs_from_launch(said, launch, training_args)
+        inputs, config, notices = inputs_from_launch(said, launch, training_args, arguments)
     else:
         inputs, config, notices = JobInputs(**{k: v for k, v in said.items() if v is not None}), None, []
     inputs.check()

@@ -9,8 +9,9 @@ with yaml.safe_load and dumped to JSON first, as a launcher that keeps its DeepS
 (of a SwissArmyTransformer YAML, its `deepspeed:` section as OmegaConf reads it; of a GPT-NeoX config, the
 keys NeoX hands DeepSpeed; of a YAML with OmegaConf `${...}` interpolations, OmegaConf's reading: zerotune's
 loader).
-HF accelerate launcher configs and trainer's arguments files (`deepspeed: ds.json`) are skipped: DeepSpeed
-never reads them.
+HF accelerate launcher configs, trainer's arguments files (`deepspeed: ds.json`) and launcher files handing HF
+TrainingArguments their `deepspeed` mapping as a dict (IlyaGusev/rulm) are skipped: DeepSpeed never reads them,
+it gets what HF builds or fills.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""247 DeepSpeed configs from 83 public repositories the project had never used (tests/fixtures/unseen_configs):
+"""279 DeepSpeed configs from 102 public repositories the project had never used (tests/fixtures/unseen_configs):
 provenance, no crash, exit codes, zerotune's errors against DeepSpeed 0.19.8's own parser verdicts, and the
 findings checked by hand against DeepSpeed / accelerate source."""
 
@@ -38,8 +38,8 @@ def test_manifest_is_verbatim_and_unseen() -> None:
     rows = _manifest()
     with CORPUS_MANIFEST.open() as fh:
         seen = {r["repo"] for r in csv.DictReader(fh, delimiter="\t")}
-    assert len(rows) == len(list(CONFIGS.iterdir())) == 247
-    assert len({r["repo"] for r in rows}) == 83
+    assert len(rows) == len(list(CONFIGS.iterdir())) == 279
+    assert len({r["repo"] for r in rows}) == 102
     for row in rows:
         data = (HERE / row["filename"]).read_bytes()
         assert hashlib.sha256(data).hexdigest() == row["sha256"], row["filename"]
@@ -51,7 +51,7 @@ def test_validate_whole_set_never_crashes(cli) -> None:
         res = cli("validate", str(CONFIGS / "*"), "--format", "json", "--world-size", "8", *hf)
         assert res.code == 1  # some files have errors; none is a usage error
         doc = json.loads(res.stdout)
-        assert len(doc["files"]) == 247
+        assert len(doc["files"]) == 279
         codes = [d["code"] for f in doc["files"] for d in f["diagnostics"]]
         assert "ZT000" not in codes
     for path in sorted(CONFIGS.iterdir()):
@@ -379,6 +379,42 @@ def test_trainer_yaml_reusing_deepspeed_section_names_is_read_as_its_deepspeed_s
     # a DeepSpeed config with as many DeepSpeed keys as others keeps its top level
     mixed = {"train_batch_size": 8, "optimizer": {"type": "Adam"}, "deepspeed": {"train_batch_size": 4}}
     assert load_bytes(json.dumps(mixed).encode(), "ds.json").section == ""
+
+
+def test_deepspeed_dict_beside_training_arguments_is_filled_by_hf(cli, tmp_path) -> None:
+    """HF TrainingArguments also take the DeepSpeed config as a dict (transformers training_args.py
+    `deepspeed`: "the location of DeepSpeed json config file ... or an already loaded json file as a dict"),
+    and HF Trainer fills its "auto" values from those arguments. A launcher file keeping that dict beside the
+    arguments (IlyaGusev/rulm self_instruct/configs/*_deepspeed.json: `TrainingArguments(deepspeed=
+    config["deepspeed"], **config["trainer"])`) is such a job. Was: ZT801 errors on the "auto" values, and
+    predict at micro-batch 1 x 1 instead of the arguments' 4 x 8."""
+    ds = {
+        "bf16": {"enabled": "auto"},
+        "zero_optimization": {"stage": 3, "stage3_prefetch_bucket_size": "auto"},
+        "train_batch_size": "auto",
+        "train_micro_batch_size_per_gpu": "auto",
+        "gradient_accumulation_steps": "auto",
+    }
+    args = {"per_device_train_batch_size": 4, "gradient_accumulation_steps": 8, "bf16": True, "learning_rate": 1e-5}
+    # the arguments in a mapping beside `deepspeed`, or at the top level (an HfArgumentParser YAML)
+    beside = tmp_path / "beside.json"
+    beside.write_text(json.dumps({"model_name": "m", "args": args, "deepspeed": ds}))
+    top = tmp_path / "top.yaml"
+    top.write_text(yaml.safe_dump({**args, "output_dir": "out", "report_to": "none", "deepspeed": ds}))
+    for path, where in ((beside, "/args"), (top, "")):
+        loaded = load_path(path)
+        assert loaded.section == "/deepspeed" and loaded.trainer_args_section == where
+        assert loaded.trainer_args["per_device_train_batch_size"] == 4 and "deepspeed" not in loaded.trainer_args
+        found = {d.code: d for d in lint(loaded, LintOptions(world_size=8))}
+        assert "ZT801" not in found and "TrainingArguments" in found["ZT006"].message
+        doc = json.loads(cli("predict", "--config", str(path), "--model", "llama-7b", "--json").stdout)
+        workload = doc["workload"]
+        assert (workload["micro_batch"], workload["grad_accum"], workload["precision"]) == (4, 8, "bf16")
+        assert doc["deepspeed_rejects"] == []
+    # a launcher's own batch-size argument (SwissArmyTransformer's `batch_size`) is no TrainingArguments
+    sat = load_bytes(json.dumps({"args": {"batch_size": 4, "lr": 1}, "deepspeed": ds}).encode(), "sat.json")
+    assert sat.section == "/deepspeed" and sat.trainer_args is None
+    assert "ZT801" in [d.code for d in lint(sat)]
 
 
 def test_accelerate_config_sizes_the_job(cli) -> None:

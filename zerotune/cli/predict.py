@@ -83,8 +83,12 @@ def command(
         # a trainer's arguments file given as --config: its arguments are the job's, as --training-args reads
         # them; one HF TrainingArguments does not take (axolotl's `bf16: auto`) leaves them out, said
         arguments = loaded.trainer_args_path or config
+        inline = None  # the arguments of a launcher file handing HF Trainer its `deepspeed` section
+        if loaded.trainer_args_section is not None:
+            arguments = f"{config} ({loaded.trainer_args_section[1:] or 'its top level'})"
+            inline = loaded.trainer_args
         try:
-            inputs, _, launched = read_inputs(said, None, arguments)
+            inputs, _, launched = read_inputs(said, None, arguments, inline)
         except InputError as exc:
             launched = [f"the training arguments in {arguments} are not read ({exc.message}): pass them as options"]
     inputs, sized = sized_by_accelerate(inputs, loaded.accelerate)

@@ -77,7 +77,11 @@ class LoadedConfig:
     """The accelerate config this file was read through (it names this file as deepspeed_config_file)."""
     trainer_args: dict[str, Any] | None = None
     """The file as written when it is a trainer's arguments file (dsconfig/trainer_args.py); `data` is then
-    None: the DeepSpeed config is the JSON its `deepspeed` argument names."""
+    None: the DeepSpeed config is the JSON its `deepspeed` argument names. Or the HF TrainingArguments of a
+    launcher file that hands them the `deepspeed` section as a dict (`trainer_args_section`)."""
+    trainer_args_section: str | None = None
+    """JSON pointer of those TrainingArguments in this launcher file ("" its top level): HF Trainer gets the
+    `deepspeed` section as a dict and fills its "auto" values (`_as_launcher_section`)."""
     trainer_args_path: str | None = None
     """The trainer's arguments file this file was read through (its `deepspeed` argument names this file)."""
     section: str = ""
@@ -314,8 +318,10 @@ def _as_launcher_section(loaded: LoadedConfig) -> LoadedConfig:
     whole, most keys look unknown and the batch size missing, which is not what DeepSpeed gets. DeepSpeed
     reads its top-level keys by name and never looks at the others (deepspeed/runtime/config.py:482
     `_initialize_params`, 0.19.8), so when fewer top-level keys are DeepSpeed's than not and the `deepspeed`
-    mapping has one of DeepSpeed's, that mapping is the config."""
-    from zerotune.dsconfig import schema
+    mapping has one of DeepSpeed's, that mapping is the config. Beside HF TrainingArguments (the top level
+    or a mapping next to `deepspeed`), HF Trainer gets that mapping as a dict and fills it
+    (dsconfig/trainer_args.py `arguments_beside`)."""
+    from zerotune.dsconfig import schema, trainer_args
 
     data = loaded.data
     if not (loaded.parsed and isinstance(data, dict) and isinstance(data.get("deepspeed"), dict)):
@@ -327,6 +333,9 @@ def _as_launcher_section(loaded: LoadedConfig) -> LoadedConfig:
         if not loaded.strict_json:
             data = _omegaconf_yaml(loaded.text)
         loaded.data = data["deepspeed"]
+        beside = trainer_args.arguments_beside(data)
+        if beside is not None:
+            loaded.trainer_args_section, loaded.trainer_args = beside
     return loaded
 
 

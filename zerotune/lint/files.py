@@ -103,7 +103,9 @@ def check_file(
     try:
         found = lint(loaded, options, rules)
         fixed = 0
-        launcher = loaded.accelerate is not None or loaded.trainer_args is not None
+        # a launcher file nesting the config (trainer_args_section) is the file named: its fixes land there
+        named_through = loaded.trainer_args is not None and loaded.trainer_args_section is None
+        launcher = loaded.accelerate is not None or named_through
         if fix and not launcher and any(d.fix for d in found):  # never rewrite a file not named
             new_text, fixed = apply_fixes(loaded, found)
             if fixed:

@@ -302,6 +302,12 @@ class AccelerateConfig(Rule):
 def _trainer_args_detail(loaded: LoadedConfig) -> str:
     from zerotune.dsconfig import trainer_args
 
+    if loaded.trainer_args_section is not None:
+        where = f"`{loaded.trainer_args_section[1:]}`" if loaded.trainer_args_section else "the top level"
+        return (
+            f"a launcher config whose `{loaded.section[1:]}` section HF Trainer gets as a dict, with the "
+            f"TrainingArguments in {where}: checked as HF fills it"
+        )
     if loaded.trainer_args_path is not None:
         return f"read through the trainer's arguments {loaded.trainer_args_path} (its `deepspeed`), as HF Trainer fills it"
     named = trainer_args.config_file(loaded.trainer_args)
