@@ -181,7 +181,7 @@ def test_t5_v1_1_gated_and_untied() -> None:
     assert m.params - v1_0.params == ff_delta + 32128 * 512
 
 
-@pytest.mark.parametrize("name", sorted(REQUIRED | {"opt-350m", "opt-1.3b", "gpt-j-6b"}))
+@pytest.mark.parametrize("name", sorted(REQUIRED | {"opt-350m", "opt-1.3b", "gpt-j-6b", "mpt-7b"}))
 def test_hf_config_round_trip(name: str) -> None:
     """to_hf_config (what transformers was given) parses back to the same tensors."""
     arch = load_architecture(name)
@@ -235,6 +235,7 @@ def test_a_variant_named_as_written_wins_over_its_base(ref: str, name: str) -> N
         ("Qwen/Qwen1.5-72B-Chat", "qwen1.5-72b"),
         ("tiiuae/falcon-180B", "falcon-180b"),
         ("EleutherAI/gpt-j-6b", "gpt-j-6b"),
+        ("mosaicml/mpt-7b-instruct", "mpt-7b"),
     ],
 )
 def test_models_deepspeed_users_train_resolve(ref: str, name: str) -> None:
@@ -268,6 +269,27 @@ def test_gpt_j_parallel_block_and_biased_head() -> None:
     assert m.blocks[0].tensors == (h, h) + (h * h,) * 4 + (h * f, f, f * h, h)
     assert m.layers[-1].tensors == (50400 * h, 50400)
     assert m.params == 6_050_882_784
+
+
+def test_mpt_has_no_biases_even_in_its_layer_norms() -> None:
+    """modeling_mpt.py: norm_1, Wqkv [3h, h], out_proj, norm_2, up/down of 4h, no biases anywhere (MptBlock sets the
+    LayerNorms' bias to None); norm_f; head tied to wte; ALiBi, so no position table."""
+    m = load_model("mosaicml/mpt-7b")
+    h = 4096
+    assert m.blocks[0].tensors == (h, 3 * h * h, h * h, h, 4 * h * h, 4 * h * h)
+    assert m.layers[0].tensors == (50432 * h,) and m.layers[-1].tensors == (h,)
+    assert m.params == 6_649_286_656
+
+
+@pytest.mark.parametrize(
+    "change",
+    [{"expansion_ratio": 8}, {"no_bias": False}, {"attn_config": {"attn_type": "multiquery_attention"}},
+     {"attn_config": {"kv_n_heads": 8}}, {"attn_config": {"alibi": False}}],
+)  # fmt: skip
+def test_mpt_variants_transformers_cannot_build_are_refused(change: dict) -> None:
+    config = {"model_type": "mpt", "d_model": 4096, "n_layers": 32, "n_heads": 32, "vocab_size": 50432} | change
+    with pytest.raises(InputError, match="MPT variant"):
+        model_from_hf_config(config, "mpt")
 
 
 def test_internlm2_fuses_qkv_with_eight_kv_heads() -> None:
@@ -492,6 +514,7 @@ LIVE = [
     "gpt-j-6b",
     "qwen1.5-0.5b",
     "smollm2-135m",
+    "mpt-7b",
 ]
 FUSED_EXPERTS = {"mixtral-8x7b", "qwen3-30b-a3b", "deepseek-v2-lite", "gpt-oss-20b"}
 

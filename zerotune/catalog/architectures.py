@@ -9,7 +9,7 @@ module, so counts are computed, never typed in; they equal transformers' own
 Shapes were read from transformers' modeling files (models/<family>/modeling_<family>.py):
 
 - decoder-only (llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gemma, gemma2,
-  gemma3_text, phi3, phi, olmo2, gpt_oss, falcon, gpt2, gpt_neox, gptj, starcoder2, opt, bloom): token embedding
+  gemma3_text, phi3, phi, olmo2, gpt_oss, falcon, gpt2, gpt_neox, gptj, starcoder2, opt, mpt, bloom): token embedding
   [V, h] (+ learned positions [P, h] for GPT-2, [P + 2, h] for OPT, + a LayerNorm for BLOOM; OPT-350m's embedding
   is [V, 512] with project_in [h, 512] after it and project_out [512, h] at the end, and no final norm:
   modeling_opt.py); per block an attention norm, q [H·d, h], k and v
@@ -23,7 +23,8 @@ Shapes were read from transformers' modeling files (models/<family>/modeling_<fa
   unless tied (GPT-NeoX: embed_out; Phi-1/2: with a bias [V], after one LayerNorm per block feeding the
   parallel attention and MLP, biased q/k/v/dense and fc1/fc2; GPT-J, modeling_gptj.py: the same with unbiased
   q/k/v/out_proj). StarCoder2 (modeling_starcoder2.py) is Llama's layout with LayerNorms and a plain biased MLP
-  (c_fc, c_proj), OPT's block (modeling_opt.py) GPT-2's with separate q/k/v and a ReLU fc1/fc2.
+  (c_fc, c_proj), OPT's block (modeling_opt.py) GPT-2's with separate q/k/v and a ReLU fc1/fc2, MPT's
+  (modeling_mpt.py) a fused Wqkv, out_proj, up/down of 4h, no biases, LayerNorms without bias, ALiBi, tied head.
 - DeepSeek-V2/V3 (modeling_deepseek_v2.py, modeling_deepseek_v3.py): multi-head latent attention
   (`MLA`: q_a [r_q, h] -> RMSNorm [r_q] -> q_b [H·(d_nope + d_rope), r_q], or one q_proj when r_q is
   None; kv_a [r_kv + d_rope, h] -> RMSNorm [r_kv] -> kv_b [H·(d_nope + d_v), r_kv]; o [h, H·d_v]);
@@ -77,6 +78,7 @@ Family = Literal[
     "gptj",
     "starcoder2",
     "opt",
+    "mpt",
     "bloom",
     "t5",
 ]
@@ -149,6 +151,10 @@ class Architecture(BaseModel):
 
     norm: Literal["rmsnorm", "layernorm"] = Field(
         description="layernorm has weight and bias, rmsnorm a weight"
+    )
+    norm_bias: bool = Field(
+        True,
+        description="false: LayerNorms without a bias (MPT: transformers' MptBlock sets norm_1.bias = None)",
     )
     block_norms: int = Field(
         2,
@@ -246,7 +252,7 @@ def build_model(arch: Architecture) -> ModelSpec:
 
 
 def _norm(arch: Architecture) -> list[int]:
-    return [arch.hidden, arch.hidden] if arch.norm == "layernorm" else [arch.hidden]
+    return [arch.hidden, arch.hidden] if arch.norm == "layernorm" and arch.norm_bias else [arch.hidden]
 
 
 def _linear(n_in: int, n_out: int, bias: bool) -> list[int]:

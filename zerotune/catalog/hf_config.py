@@ -100,6 +100,7 @@ _DEFAULT_CLASS = {
     "gptj": "GPTJForCausalLM",
     "starcoder2": "Starcoder2ForCausalLM",
     "opt": "OPTForCausalLM",
+    "mpt": "MptForCausalLM",
     "phi3": "Phi3ForCausalLM",
     "phi": "PhiForCausalLM",
     "falcon": "FalconForCausalLM",
@@ -248,6 +249,13 @@ def to_hf_config(arch: Architecture) -> dict[str, Any]:
             "do_layer_norm_before": arch.final_norm,
             "enable_bias": arch.qkv_bias,
             "max_position_embeddings": arch.max_positions,
+        }
+    if arch.family == "mpt":
+        return common | {
+            "d_model": arch.hidden,
+            "n_layers": arch.layers,
+            "n_heads": arch.heads,
+            "max_seq_len": arch.max_positions or 2048,
         }
     if arch.family == "bloom":
         cfg = common | {"hidden_size": arch.hidden, "n_layer": arch.layers, "n_head": arch.heads}

@@ -415,6 +415,45 @@ def _opt(get: Getter, family: str) -> dict[str, Any]:
     )
 
 
+def _mpt(get: Getter, family: str) -> dict[str, Any]:
+    """MPT (MptConfig defaults; modeling_mpt.py): wte, per block norm_1, a fused Wqkv [3h, h] and out_proj, norm_2,
+    up_proj [4h, h] and down_proj, all without biases (MptBlock drops the LayerNorms' biases too), norm_f, ALiBi
+    positions, head tied to wte. transformers' MptMLP is 4 x hidden and its attention multi-head whatever the config
+    says, so configs its modules cannot load (expansion_ratio != 4, multi-query or grouped kv heads, q/k LayerNorms,
+    biases, no ALiBi) are refused rather than miscounted."""
+    attn = get("attn_config", default={}) or {}
+    heads = get("n_heads", "num_attention_heads", default=16)
+    unsupported = (
+        get("expansion_ratio", default=4) != 4
+        or not get("no_bias", default=True)
+        or attn.get("attn_type", "multihead_attention") != "multihead_attention"
+        or attn.get("kv_n_heads", heads) != heads
+        or attn.get("qk_ln", False)
+        or not attn.get("alibi", True)
+    )
+    if unsupported:
+        raise InputError(
+            f"{get.name}: this MPT variant (expansion_ratio != 4, biases, multi-query/grouped kv heads, qk_ln or no "
+            "ALiBi) is not what transformers' MptForCausalLM builds",
+            hint="mosaicml/mpt-7b and mpt-30b are supported; `zerotune memory` also takes --params",
+        )
+    hidden = get("d_model", "hidden_size", default=2048)
+    return dict(
+        layers=get("n_layers", "num_hidden_layers", default=24),
+        hidden=hidden,
+        heads=heads,
+        ffn=4 * hidden,
+        vocab=get("vocab_size", default=50368),
+        tied_embeddings=get("tie_word_embeddings", default=True),
+        gated_mlp=False,
+        norm="layernorm",
+        norm_bias=False,
+        fused_qkv=True,
+        position="alibi",
+        max_positions=get("max_seq_len", default=2048),
+    )
+
+
 def _bloom(get: Getter, family: str) -> dict[str, Any]:
     """BLOOM: ALiBi, LayerNorm after the word embedding, fused qkv, biases, MLP 4h."""
     hidden = get("hidden_size", "n_embed")
@@ -470,5 +509,6 @@ PARSERS = {family: _llama_like for family in LLAMA_LIKE} | {
     "gptj": _gptj,
     "starcoder2": _starcoder2,
     "opt": _opt,
+    "mpt": _mpt,
     "bloom": _bloom,
 }
