@@ -181,7 +181,7 @@ def test_t5_v1_1_gated_and_untied() -> None:
     assert m.params - v1_0.params == ff_delta + 32128 * 512
 
 
-@pytest.mark.parametrize("name", sorted(REQUIRED | {"opt-350m", "opt-1.3b", "gpt-j-6b", "mpt-7b"}))
+@pytest.mark.parametrize("name", sorted(REQUIRED | {"opt-350m", "opt-1.3b", "gpt-j-6b", "mpt-7b", "starcoder2-15b"}))
 def test_hf_config_round_trip(name: str) -> None:
     """to_hf_config (what transformers was given) parses back to the same tensors."""
     arch = load_architecture(name)
@@ -236,6 +236,8 @@ def test_a_variant_named_as_written_wins_over_its_base(ref: str, name: str) -> N
         ("tiiuae/falcon-180B", "falcon-180b"),
         ("EleutherAI/gpt-j-6b", "gpt-j-6b"),
         ("mosaicml/mpt-7b-instruct", "mpt-7b"),
+        ("bigcode/starcoder2-3b", "starcoder2-3b"),
+        ("bigcode/starcoder2-15b", "starcoder2-15b"),
     ],
 )
 def test_models_deepspeed_users_train_resolve(ref: str, name: str) -> None:
@@ -515,6 +517,7 @@ LIVE = [
     "qwen1.5-0.5b",
     "smollm2-135m",
     "mpt-7b",
+    "starcoder2-3b",
 ]
 FUSED_EXPERTS = {"mixtral-8x7b", "qwen3-30b-a3b", "deepseek-v2-lite", "gpt-oss-20b"}
 
@@ -542,8 +545,8 @@ def test_live_transformers_tensors(recorder, name: str) -> None:
 
 @pytest.mark.parametrize("tied", [True, False])
 def test_live_transformers_starcoder2(recorder, tied: bool) -> None:
-    """StarCoder2 (no catalog entry: the released configs' tie_word_embeddings was not read from a source) parses
-    to transformers' tensors: Starcoder2Config's defaults (the 3B's shapes) with the head tied or not."""
+    """StarCoder2 configs parse to transformers' tensors with the head tied (the 3B) or not (the 15B):
+    Starcoder2Config's defaults, the 3B's shapes."""
     config = {"model_type": "starcoder2", "tie_word_embeddings": tied}
     numels = recorder.hf_param_numels(config, "Starcoder2ForCausalLM")
     ours = [n for layer in model_from_hf_config(config, "sc2").layers for n in layer.tensors]

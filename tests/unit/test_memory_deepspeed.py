@@ -128,9 +128,9 @@ def test_estimate_memory_uses_the_same_terms() -> None:
     assert est3.phase("end of forward (gathered)").terms_named("gathered parameters") >= four_l // 2
 
 
-@pytest.mark.parametrize("name", ["opt-1.3b", "opt-350m", "gpt-j-6b", "internlm2-7b", "mpt-7b"])
+@pytest.mark.parametrize("name", ["opt-1.3b", "opt-350m", "gpt-j-6b", "internlm2-7b", "mpt-7b", "starcoder2-3b"])
 def test_added_families_model_states_match_deepspeed(name: str) -> None:
-    """The catalog's OPT (DeepSpeed-Chat's actor and critic), GPT-J, InternLM2 and MPT entries: ZeRO-2 states on 8 GPUs
+    """The catalog's OPT (DeepSpeed-Chat's actor and critic), GPT-J, InternLM2, MPT and StarCoder2 entries: ZeRO-2 states on 8 GPUs
     equal DeepSpeed's estimator for their parameter count, plus the 16-bit partition `step()` flattens."""
     from zerotune.catalog.models import load_model
     from zerotune.model.live_bytes import BLAS_WORKSPACES
