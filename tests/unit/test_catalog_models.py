@@ -19,11 +19,13 @@ from zerotune.catalog.hf_config import parse_hf_config, to_hf_config
 from zerotune.catalog.models import (
     adhoc_model,
     catalog_dir,
+    default_seq_len,
     derive,
     list_models,
     load_architecture,
     load_model,
     model_from_hf_config,
+    position_warning,
 )
 from zerotune.errors import InputError
 
@@ -179,7 +181,7 @@ def test_t5_v1_1_gated_and_untied() -> None:
     assert m.params - v1_0.params == ff_delta + 32128 * 512
 
 
-@pytest.mark.parametrize("name", sorted(REQUIRED))
+@pytest.mark.parametrize("name", sorted(REQUIRED | {"opt-350m", "opt-1.3b", "gpt-j-6b", "mpt-7b", "starcoder2-15b"}))
 def test_hf_config_round_trip(name: str) -> None:
     """to_hf_config (what transformers was given) parses back to the same tensors."""
     arch = load_architecture(name)
@@ -211,6 +213,91 @@ def test_names_and_aliases(ref: str) -> None:
 )
 def test_a_variant_named_as_written_wins_over_its_base(ref: str, name: str) -> None:
     assert load_model(ref).name == name
+
+
+@pytest.mark.parametrize(
+    ("ref", "name"),
+    [
+        ("facebook/opt-125m", "opt-125m"),
+        ("facebook/opt-350m", "opt-350m"),  # DeepSpeed-Chat's default critic/reward model
+        ("facebook/opt-1.3b", "opt-1.3b"),  # DeepSpeed-Chat's default actor model
+        ("facebook/opt-66b", "opt-66b"),
+        ("deepseek-ai/deepseek-llm-7b-base", "deepseek-llm-7b"),
+        ("deepseek-ai/deepseek-llm-67b-chat", "deepseek-llm-67b"),
+        ("internlm/internlm2-7b", "internlm2-7b"),
+        ("internlm/internlm2-chat-20b", "internlm2-20b"),
+        ("HuggingFaceTB/SmolLM2-135M", "smollm2-135m"),
+        ("HuggingFaceTB/SmolLM2-1.7B-Instruct", "smollm2-1.7b"),
+        ("lmsys/vicuna-7b-v1.5", "llama-7b"),
+        ("lmsys/vicuna-13b-v1.5", "llama-13b"),
+        ("meta-llama/Llama-2-70b-chat-hf", "llama-70b"),
+        ("Qwen/Qwen1.5-0.5B", "qwen1.5-0.5b"),
+        ("Qwen/Qwen1.5-72B-Chat", "qwen1.5-72b"),
+        ("tiiuae/falcon-180B", "falcon-180b"),
+        ("EleutherAI/gpt-j-6b", "gpt-j-6b"),
+        ("mosaicml/mpt-7b-instruct", "mpt-7b"),
+        ("bigcode/starcoder2-3b", "starcoder2-3b"),
+        ("bigcode/starcoder2-15b", "starcoder2-15b"),
+    ],
+)
+def test_models_deepspeed_users_train_resolve(ref: str, name: str) -> None:
+    assert load_model(ref).name == name
+
+
+def test_opt_350m_projects_a_512_wide_embedding_and_has_no_final_norm() -> None:
+    """modeling_opt.py: embed_tokens [V, word_embed_proj_dim], embed_positions [2048 + 2, h], project_in [h, 512]
+    and, post-norm (do_layer_norm_before false), no final_layer_norm but project_out [512, h]; lm_head tied."""
+    m = load_model("opt-350m")
+    h, v = 1024, 50272
+    assert m.layers[0].tensors == (v * 512, 2050 * h, 512 * h)
+    assert m.layers[-1].tensors == (512 * h,) and m.tied_embeddings
+    ln, attn = (h, h), (h * h, h) * 4  # q/k/v/out_proj with biases
+    assert m.blocks[0].tensors == ln + attn + ln + (h * 4096, 4096, 4096 * h, h)
+    opt = load_model("opt-1.3b")
+    assert opt.layers[0].tensors == (v * 2048, 2050 * 2048) and opt.layers[-1].tensors == (2048, 2048)
+
+
+def test_opt_positions_are_a_learned_table() -> None:
+    """OPT's embed_positions has no row past 2048 + 2: a longer sequence fails in the forward."""
+    m = load_model("opt-1.3b")
+    assert default_seq_len(m)[0] == 2048 and position_warning(m, 2048) is None
+    assert "its learned position table has no row past that" in position_warning(m, 4096)
+
+
+def test_gpt_j_parallel_block_and_biased_head() -> None:
+    """modeling_gptj.py: ln_1 only, q/k/v/out_proj without biases, fc_in/fc_out with them; lm_head [V, h] + [V]."""
+    m = load_model("gpt-j-6b")
+    h, f = 4096, 16384
+    assert m.blocks[0].tensors == (h, h) + (h * h,) * 4 + (h * f, f, f * h, h)
+    assert m.layers[-1].tensors == (50400 * h, 50400)
+    assert m.params == 6_050_882_784
+
+
+def test_mpt_has_no_biases_even_in_its_layer_norms() -> None:
+    """modeling_mpt.py: norm_1, Wqkv [3h, h], out_proj, norm_2, up/down of 4h, no biases anywhere (MptBlock sets the
+    LayerNorms' bias to None); norm_f; head tied to wte; ALiBi, so no position table."""
+    m = load_model("mosaicml/mpt-7b")
+    h = 4096
+    assert m.blocks[0].tensors == (h, 3 * h * h, h * h, h, 4 * h * h, 4 * h * h)
+    assert m.layers[0].tensors == (50432 * h,) and m.layers[-1].tensors == (h,)
+    assert m.params == 6_649_286_656
+
+
+@pytest.mark.parametrize(
+    "change",
+    [{"expansion_ratio": 8}, {"no_bias": False}, {"attn_config": {"attn_type": "multiquery_attention"}},
+     {"attn_config": {"kv_n_heads": 8}}, {"attn_config": {"alibi": False}}],
+)  # fmt: skip
+def test_mpt_variants_transformers_cannot_build_are_refused(change: dict) -> None:
+    config = {"model_type": "mpt", "d_model": 4096, "n_layers": 32, "n_heads": 32, "vocab_size": 50432} | change
+    with pytest.raises(InputError, match="MPT variant"):
+        model_from_hf_config(config, "mpt")
+
+
+def test_internlm2_fuses_qkv_with_eight_kv_heads() -> None:
+    """InternLM2's wqkv [(32 + 2·8)·128, 4096] (remote code), w1/w3/w2 of 14336."""
+    m = load_model("internlm2-7b")
+    assert m.blocks[0].tensors[:3] == (4096, 4096 * (32 + 2 * 8) * 128, 4096 * 4096)
 
 
 def test_vocabulary_tells_the_variants_apart() -> None:
@@ -424,6 +511,13 @@ LIVE = [
     "gemma-2-27b",
     "pythia-70m",
     "chatglm3-6b",
+    "opt-350m",
+    "opt-1.3b",
+    "gpt-j-6b",
+    "qwen1.5-0.5b",
+    "smollm2-135m",
+    "mpt-7b",
+    "starcoder2-3b",
 ]
 FUSED_EXPERTS = {"mixtral-8x7b", "qwen3-30b-a3b", "deepseek-v2-lite", "gpt-oss-20b"}
 
@@ -447,6 +541,16 @@ def test_live_transformers_tensors(recorder, name: str) -> None:
     assert sum(ours) == sum(numels)
     if name not in FUSED_EXPERTS:
         assert sorted(ours) == sorted(numels)
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_live_transformers_starcoder2(recorder, tied: bool) -> None:
+    """StarCoder2 configs parse to transformers' tensors with the head tied (the 3B) or not (the 15B):
+    Starcoder2Config's defaults, the 3B's shapes."""
+    config = {"model_type": "starcoder2", "tie_word_embeddings": tied}
+    numels = recorder.hf_param_numels(config, "Starcoder2ForCausalLM")
+    ours = [n for layer in model_from_hf_config(config, "sc2").layers for n in layer.tensors]
+    assert sorted(ours) == sorted(numels)
 
 
 def test_live_transformers_fixture(recorder) -> None:

@@ -66,6 +66,21 @@ def test_a_remote_code_config_the_catalog_describes_names_the_entry(cli, tmp_pat
     assert "chatglm3-6b" not in res.stderr and "closest supported" in res.stderr
 
 
+INTERNLM2_7B = {  # internlm/internlm2-7b config.json's shape fields (remote code: modeling_internlm2.py)
+    "model_type": "internlm2", "architectures": ["InternLM2ForCausalLM"],
+    "auto_map": {"AutoModelForCausalLM": "modeling_internlm2.InternLM2ForCausalLM"},
+    "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+    "intermediate_size": 14336, "vocab_size": 92544, "bias": False,
+}  # fmt: skip
+
+
+def test_an_internlm2_config_names_its_catalog_entry(cli, tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps(INTERNLM2_7B))
+    res = cli("memory", "--model", tmp_path, "--gpus", "8")
+    assert res.code == 2 and res.stderr.strip().count("\n") == 0, res.stderr
+    assert "remote code" in res.stderr and "--model internlm2-7b" in res.stderr
+
+
 def test_a_known_model_type_with_remote_code_is_parsed():
     """DeepSeek-V2-Lite's config.json has auto_map (its own modeling code) but transformers' deepseek_v2
     builds the same tensors: a known model_type wins over auto_map."""

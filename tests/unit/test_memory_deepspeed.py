@@ -126,3 +126,18 @@ def test_estimate_memory_uses_the_same_terms() -> None:
     assert ds_gpu3 == four_l and after.total - after.terms_named(BLAS_WORKSPACES) == 2 * z3.reduce_bucket_size
     # our gathered working set holds at least DeepSpeed's 2L of gathered 16-bit parameters
     assert est3.phase("end of forward (gathered)").terms_named("gathered parameters") >= four_l // 2
+
+
+@pytest.mark.parametrize("name", ["opt-1.3b", "opt-350m", "gpt-j-6b", "internlm2-7b", "mpt-7b", "starcoder2-3b"])
+def test_added_families_model_states_match_deepspeed(name: str) -> None:
+    """The catalog's OPT (DeepSpeed-Chat's actor and critic), GPT-J, InternLM2, MPT and StarCoder2 entries: ZeRO-2 states on 8 GPUs
+    equal DeepSpeed's estimator for their parameter count, plus the 16-bit partition `step()` flattens."""
+    from zerotune.catalog.models import load_model
+    from zerotune.model.live_bytes import BLAS_WORKSPACES
+
+    model = load_model(name)
+    assert model.params % 8 == 0
+    est = estimate_memory(model, Workload(gpus_per_node=8, seq_len=1024), ZeroSettings(stage=2))
+    _, ds_gpu = stage_1_and_2.estimate_zero2_model_states_mem_needs(model.params, 8, 1, cpu_offload=False)
+    step = est.phase("optimizer step (gradient copy)")
+    assert step.total - step.terms_named(BLAS_WORKSPACES) == ds_gpu + 2 * (model.params // 8)

@@ -129,3 +129,18 @@ def test_mla_attention_activations_count_the_latent_path_and_wide_heads():
     mla = layer_activation_bytes(s, b, h, 128, attention_width=width, **common)
     plain = layer_activation_bytes(s, b, h, 128, **common)
     assert mla - plain == 2 * s * b * (width - 6 * h)
+
+
+def test_memory_takes_deepspeed_chat_s_default_actor(cli):
+    """`zerotune memory --model facebook/opt-1.3b` (DeepSpeed-Chat's default actor) exits 0 with the ZeRO paper's
+    2Ψ bf16 parameters and 12Ψ Adam states unpartitioned."""
+    res = cli("memory", "--model", "facebook/opt-1.3b", "--gpus", "8", "--json")
+    assert res.code == 0, res.stderr
+    rows = json.loads(res.stdout)["rows"]
+    plain = [
+        r["breakdown"]
+        for r in rows
+        if r["stage"] == 0 and r["offload_optimizer"] == r["offload_param"] == "none"
+    ]
+    psi = 1_315_758_080
+    assert plain and plain[0]["params"] == 2 * psi and plain[0]["optimizer_states"] == 12 * psi

@@ -9,8 +9,10 @@ module, so counts are computed, never typed in; they equal transformers' own
 Shapes were read from transformers' modeling files (models/<family>/modeling_<family>.py):
 
 - decoder-only (llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gemma, gemma2,
-  gemma3_text, phi3, phi, olmo2, gpt_oss, falcon, gpt2, gpt_neox, bloom): token embedding [V, h] (+ learned
-  positions [P, h] for GPT-2, + a LayerNorm for BLOOM); per block an attention norm, q [H·d, h], k and v
+  gemma3_text, phi3, phi, olmo2, gpt_oss, falcon, gpt2, gpt_neox, gptj, starcoder2, opt, mpt, bloom): token embedding
+  [V, h] (+ learned positions [P, h] for GPT-2, [P + 2, h] for OPT, + a LayerNorm for BLOOM; OPT-350m's embedding
+  is [V, 512] with project_in [h, 512] after it and project_out [512, h] at the end, and no final norm:
+  modeling_opt.py); per block an attention norm, q [H·d, h], k and v
   [Hkv·d, h] (one fused tensor for Phi-3/Falcon/GPT-2/GPT-NeoX/BLOOM), o [h, H·d], an MLP norm, then
   gate/up [f, h] (fused for Phi-3) and down [h, f], or up/down for plain MLPs; Gemma 2 and Gemma 3 add a
   post-attention and a post-feedforward RMSNorm (4 per block); Qwen3 and Gemma 3 an RMSNorm [d] over each
@@ -19,7 +21,10 @@ Shapes were read from transformers' modeling files (models/<family>/modeling_<fa
   and gpt-oss add a router [E, h] (biased for gpt-oss) and E experts (biased for gpt-oss), Qwen2-MoE
   also a shared expert (gate/up/down of its own size) and its gate [1, h]; a final norm; lm_head [V, h]
   unless tied (GPT-NeoX: embed_out; Phi-1/2: with a bias [V], after one LayerNorm per block feeding the
-  parallel attention and MLP, biased q/k/v/dense and fc1/fc2).
+  parallel attention and MLP, biased q/k/v/dense and fc1/fc2; GPT-J, modeling_gptj.py: the same with unbiased
+  q/k/v/out_proj). StarCoder2 (modeling_starcoder2.py) is Llama's layout with LayerNorms and a plain biased MLP
+  (c_fc, c_proj), OPT's block (modeling_opt.py) GPT-2's with separate q/k/v and a ReLU fc1/fc2, MPT's
+  (modeling_mpt.py) a fused Wqkv, out_proj, up/down of 4h, no biases, LayerNorms without bias, ALiBi, tied head.
 - DeepSeek-V2/V3 (modeling_deepseek_v2.py, modeling_deepseek_v3.py): multi-head latent attention
   (`MLA`: q_a [r_q, h] -> RMSNorm [r_q] -> q_b [H·(d_nope + d_rope), r_q], or one q_proj when r_q is
   None; kv_a [r_kv + d_rope, h] -> RMSNorm [r_kv] -> kv_b [H·(d_nope + d_v), r_kv]; o [h, H·d_v]);
@@ -70,6 +75,10 @@ Family = Literal[
     "falcon",
     "gpt2",
     "gpt_neox",
+    "gptj",
+    "starcoder2",
+    "opt",
+    "mpt",
     "bloom",
     "t5",
 ]
@@ -143,6 +152,10 @@ class Architecture(BaseModel):
     norm: Literal["rmsnorm", "layernorm"] = Field(
         description="layernorm has weight and bias, rmsnorm a weight"
     )
+    norm_bias: bool = Field(
+        True,
+        description="false: LayerNorms without a bias (MPT: transformers' MptBlock sets norm_1.bias = None)",
+    )
     block_norms: int = Field(
         2,
         ge=1,
@@ -150,6 +163,15 @@ class Architecture(BaseModel):
         description="norms per block (Falcon-7B's parallel block: 1; Gemma 2 adds pre/post-feedforward norms: 4)",
     )
     embedding_norm: bool = Field(False, description="LayerNorm right after the token embedding (BLOOM)")
+    embed_proj_dim: int | None = Field(
+        None,
+        gt=0,
+        description="OPT's word_embed_proj_dim when it differs from hidden (opt-350m: 512): the token embedding "
+        "(and the tied head) is [V, d], with project_in [hidden, d] after it and project_out [d, hidden] at the end",
+    )
+    final_norm: bool = Field(
+        True, description="false: no norm after the last block (OPT's post-norm opt-350m)"
+    )
     fused_qkv: bool = Field(False, description="q, k, v as one tensor (Phi-3, Falcon, GPT-2, BLOOM)")
     fused_gate_up: bool = Field(False, description="gate and up as one tensor (Phi-3)")
     qk_norm: bool = Field(
@@ -167,6 +189,9 @@ class Architecture(BaseModel):
 
     position: Literal["rope", "learned", "alibi", "relative"]
     max_positions: int | None = Field(None, gt=0, description="context length; the size of learned positions")
+    position_offset: int = Field(
+        0, ge=0, description="rows a learned position table has beyond max_positions (OPT: 2)"
+    )
     relative_attention_buckets: int | None = Field(None, gt=0, description="T5 only")
 
     @model_validator(mode="after")
@@ -227,7 +252,7 @@ def build_model(arch: Architecture) -> ModelSpec:
 
 
 def _norm(arch: Architecture) -> list[int]:
-    return [arch.hidden, arch.hidden] if arch.norm == "layernorm" else [arch.hidden]
+    return [arch.hidden, arch.hidden] if arch.norm == "layernorm" and arch.norm_bias else [arch.hidden]
 
 
 def _linear(n_in: int, n_out: int, bias: bool) -> list[int]:
@@ -291,11 +316,13 @@ def _mlp(arch: Architecture, ffn: int | None = None) -> list[int]:
 
 def _decoder_layers(arch: Architecture) -> list[LayerSpec]:
     h, norm = arch.hidden, _norm(arch)
-    embed = [arch.vocab * h]
+    embed = [arch.vocab * (arch.embed_proj_dim or h)]
     if arch.position == "learned":
-        embed.append(arch.max_positions * h)  # type: ignore[operator]  # validated: learned needs it
+        embed.append((arch.max_positions + arch.position_offset) * h)  # type: ignore[operator]  # validated
     if arch.embedding_norm:
         embed += norm
+    if arch.embed_proj_dim:  # OPT: project_in [h, d] (project_out [d, h] ends the model), no biases
+        embed.append(arch.embed_proj_dim * h)
     mlp = _mlp(arch)
     # MoE: router [E, h] (no bias; DeepSeek-V3's e_score_correction_bias is a buffer), then E experts
     if arch.experts > 1:
@@ -319,9 +346,11 @@ def _decoder_layers(arch: Architecture) -> list[LayerSpec]:
         else LayerSpec(name=f"layers.{i}", kind="block", tensors=sparse, experts=arch.experts)
         for i in range(arch.layers)
     ]
-    layers.append(LayerSpec(name="norm", kind="norm", tensors=tuple(norm)))
+    final = (norm if arch.final_norm else []) + ([h * arch.embed_proj_dim] if arch.embed_proj_dim else [])
+    if final:  # OPT-350m: no final LayerNorm, only project_out
+        layers.append(LayerSpec(name="norm", kind="norm", tensors=tuple(final)))
     if not arch.tied_embeddings:
-        head = (arch.vocab * h, arch.vocab) if arch.head_bias else (arch.vocab * h,)
+        head = (arch.vocab * (arch.embed_proj_dim or h),) + ((arch.vocab,) if arch.head_bias else ())
         layers.append(LayerSpec(name="lm_head", kind="head", tensors=head))
     return layers
 

@@ -97,6 +97,10 @@ _DEFAULT_CLASS = {
     "gpt_oss": "GptOssForCausalLM",
     "olmo2": "Olmo2ForCausalLM",
     "gpt_neox": "GPTNeoXForCausalLM",
+    "gptj": "GPTJForCausalLM",
+    "starcoder2": "Starcoder2ForCausalLM",
+    "opt": "OPTForCausalLM",
+    "mpt": "MptForCausalLM",
     "phi3": "Phi3ForCausalLM",
     "phi": "PhiForCausalLM",
     "falcon": "FalconForCausalLM",
@@ -220,6 +224,38 @@ def to_hf_config(arch: Architecture) -> dict[str, Any]:
             "intermediate_size": arch.ffn,
             "attention_bias": arch.qkv_bias,
             "max_position_embeddings": arch.max_positions or 2048,
+        }
+    if arch.family == "gptj":
+        return common | {
+            "n_embd": arch.hidden,
+            "n_layer": arch.layers,
+            "n_head": arch.heads,
+            "n_inner": arch.ffn,
+            "rotary_dim": arch.d_head // 4,  # 64 of 256 in gpt-j-6b; no parameter depends on it
+            "n_positions": arch.max_positions or 2048,
+        }
+    if arch.family == "starcoder2":
+        return common | _decoder_dims(arch) | {
+            "use_bias": arch.qkv_bias,
+            "max_position_embeddings": arch.max_positions or 4096,
+        }
+    if arch.family == "opt":
+        return common | {
+            "hidden_size": arch.hidden,
+            "num_hidden_layers": arch.layers,
+            "num_attention_heads": arch.heads,
+            "ffn_dim": arch.ffn,
+            "word_embed_proj_dim": arch.embed_proj_dim or arch.hidden,
+            "do_layer_norm_before": arch.final_norm,
+            "enable_bias": arch.qkv_bias,
+            "max_position_embeddings": arch.max_positions,
+        }
+    if arch.family == "mpt":
+        return common | {
+            "d_model": arch.hidden,
+            "n_layers": arch.layers,
+            "n_heads": arch.heads,
+            "max_seq_len": arch.max_positions or 2048,
         }
     if arch.family == "bloom":
         cfg = common | {"hidden_size": arch.hidden, "n_layer": arch.layers, "n_head": arch.heads}

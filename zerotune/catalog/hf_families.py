@@ -334,6 +334,126 @@ def _gpt2(get: Getter, family: str) -> dict[str, Any]:
     )
 
 
+def _gptj(get: Getter, family: str) -> dict[str, Any]:
+    """GPT-J (GPTJConfig defaults; modeling_gptj.py): one LayerNorm (ln_1) per block feeding the parallel attention
+    and MLP, q/k/v/out_proj without biases, fc_in/fc_out with them (n_inner, else 4h), a final LayerNorm and an
+    untied, biased lm_head. Rotary positions on the first rotary_dim of each head: no parameters."""
+    hidden = get("n_embd", "hidden_size", default=4096)
+    return dict(
+        layers=get("n_layer", "num_hidden_layers", default=28),
+        hidden=hidden,
+        heads=get("n_head", "num_attention_heads", default=16),
+        ffn=get("n_inner", default=4 * hidden),
+        vocab=get("vocab_size", default=50400),
+        tied_embeddings=get("tie_word_embeddings", default=False),
+        gated_mlp=False,
+        norm="layernorm",
+        block_norms=1,
+        mlp_bias=True,
+        head_bias=True,
+        position="rope",
+        max_positions=get("n_positions", "max_position_embeddings", default=2048),
+    )
+
+
+def _starcoder2(get: Getter, family: str) -> dict[str, Any]:
+    """StarCoder2 (Starcoder2Config defaults; modeling_starcoder2.py): Llama's layout with LayerNorms (weight and
+    bias), q/k/v/o and a plain MLP (c_fc, c_proj) all biased when use_bias, GQA, rotary positions, tied head."""
+    heads = get("num_attention_heads", default=24)
+    bias = get("use_bias", default=True)
+    return dict(
+        layers=get("num_hidden_layers", default=30),
+        hidden=get("hidden_size", default=3072),
+        heads=heads,
+        kv_heads=get("num_key_value_heads", default=2),
+        ffn=get("intermediate_size", default=12288),
+        vocab=get("vocab_size", default=49152),
+        tied_embeddings=get("tie_word_embeddings", default=True),
+        gated_mlp=False,
+        norm="layernorm",
+        qkv_bias=bias,
+        out_bias=bias,
+        mlp_bias=bias,
+        position="rope",
+        max_positions=get("max_position_embeddings", default=4096),
+    )
+
+
+def _opt(get: Getter, family: str) -> dict[str, Any]:
+    """OPT (OPTConfig defaults; modeling_opt.py): a learned position table of max_position_embeddings + 2 rows
+    (OPTLearnedPositionalEmbedding's offset), per block a LayerNorm before (or, do_layer_norm_before false, after)
+    attention and MLP, q/k/v/out_proj and a ReLU MLP fc1/fc2 biased when enable_bias; a final LayerNorm only when
+    do_layer_norm_before; a head tied to the token embedding. When word_embed_proj_dim differs from hidden
+    (opt-350m: 512) the embedding is [V, word_embed_proj_dim], with project_in and project_out between it and the
+    blocks. Non-affine LayerNorms (layer_norm_elementwise_affine false, no released checkpoint) are refused."""
+    if not get("layer_norm_elementwise_affine", default=True):
+        raise InputError(
+            f"{get.name}: OPT without affine LayerNorms (layer_norm_elementwise_affine false) is not supported",
+            hint="the released facebook/opt-* checkpoints keep them; `zerotune memory` also takes --params",
+        )
+    hidden = get("hidden_size", default=768)
+    proj = get("word_embed_proj_dim", default=hidden)
+    pre_norm = get("do_layer_norm_before", default=True)
+    bias = get("enable_bias", default=True)
+    return dict(
+        layers=get("num_hidden_layers", default=12),
+        hidden=hidden,
+        heads=get("num_attention_heads", default=12),
+        ffn=get("ffn_dim", default=3072),
+        vocab=get("vocab_size", default=50272),
+        tied_embeddings=get("tie_word_embeddings", default=True),
+        gated_mlp=False,
+        norm="layernorm",
+        embed_proj_dim=None if proj == hidden else proj,
+        final_norm=pre_norm and not get("_remove_final_layer_norm", default=False),
+        qkv_bias=bias,
+        out_bias=bias,
+        mlp_bias=bias,
+        position="learned",
+        max_positions=get("max_position_embeddings", default=2048),
+        position_offset=2,
+    )
+
+
+def _mpt(get: Getter, family: str) -> dict[str, Any]:
+    """MPT (MptConfig defaults; modeling_mpt.py): wte, per block norm_1, a fused Wqkv [3h, h] and out_proj, norm_2,
+    up_proj [4h, h] and down_proj, all without biases (MptBlock drops the LayerNorms' biases too), norm_f, ALiBi
+    positions, head tied to wte. transformers' MptMLP is 4 x hidden and its attention multi-head whatever the config
+    says, so configs its modules cannot load (expansion_ratio != 4, multi-query or grouped kv heads, q/k LayerNorms,
+    biases, no ALiBi) are refused rather than miscounted."""
+    attn = get("attn_config", default={}) or {}
+    heads = get("n_heads", "num_attention_heads", default=16)
+    unsupported = (
+        get("expansion_ratio", default=4) != 4
+        or not get("no_bias", default=True)
+        or attn.get("attn_type", "multihead_attention") != "multihead_attention"
+        or attn.get("kv_n_heads", heads) != heads
+        or attn.get("qk_ln", False)
+        or not attn.get("alibi", True)
+    )
+    if unsupported:
+        raise InputError(
+            f"{get.name}: this MPT variant (expansion_ratio != 4, biases, multi-query/grouped kv heads, qk_ln or no "
+            "ALiBi) is not what transformers' MptForCausalLM builds",
+            hint="mosaicml/mpt-7b and mpt-30b are supported; `zerotune memory` also takes --params",
+        )
+    hidden = get("d_model", "hidden_size", default=2048)
+    return dict(
+        layers=get("n_layers", "num_hidden_layers", default=24),
+        hidden=hidden,
+        heads=heads,
+        ffn=4 * hidden,
+        vocab=get("vocab_size", default=50368),
+        tied_embeddings=get("tie_word_embeddings", default=True),
+        gated_mlp=False,
+        norm="layernorm",
+        norm_bias=False,
+        fused_qkv=True,
+        position="alibi",
+        max_positions=get("max_seq_len", default=2048),
+    )
+
+
 def _bloom(get: Getter, family: str) -> dict[str, Any]:
     """BLOOM: ALiBi, LayerNorm after the word embedding, fused qkv, biases, MLP 4h."""
     hidden = get("hidden_size", "n_embed")
@@ -386,5 +506,9 @@ PARSERS = {family: _llama_like for family in LLAMA_LIKE} | {
     "phi": _phi,
     "gpt2": _gpt2,
     "gpt_neox": _gpt_neox,
+    "gptj": _gptj,
+    "starcoder2": _starcoder2,
+    "opt": _opt,
+    "mpt": _mpt,
     "bloom": _bloom,
 }

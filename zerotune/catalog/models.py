@@ -72,8 +72,9 @@ def load_model(ref: str) -> ModelSpec:
     return build_model(load_architecture(ref))
 
 
-LEARNED_POSITIONS = frozenset({"gpt2"})
-"""Families with a learned absolute position table (GPT-2's wpe: nn.Embedding(n_positions, hidden)):
+LEARNED_POSITIONS = frozenset({"gpt2", "opt"})
+"""Families with a learned absolute position table (GPT-2's wpe: nn.Embedding(n_positions, hidden); OPT's
+embed_positions, 2 rows more):
 it has no row past max_positions, so a longer sequence fails in the forward. Rotary (Llama, Mistral,
 Qwen2, Gemma, Phi-3, Falcon) and ALiBi (BLOOM) / relative (T5) positions run past it, untrained."""
 
