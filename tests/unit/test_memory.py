@@ -6,6 +6,7 @@ from decimal import ROUND_HALF_UP, Decimal
 
 import pytest
 
+from zerotune.catalog.models import load_model
 from zerotune.dsconfig.settings import OffloadOptimizer, OffloadParam, ZeroSettings
 from zerotune.model.activations import LOGIT_BYTES, activation_bytes, layer_activation_bytes
 from zerotune.model.counters import RESERVED_FRAGMENTATION, counter_bytes
@@ -523,9 +524,10 @@ def test_kernel_options_change_activations_as_their_kernels_store() -> None:
     z = _zero(3)
     acts = lambda **kw: _acts(estimate_memory(LLAMA_7B, base.model_copy(update=kw), z))  # noqa: E731
     s, h, f, v, a = 4096, 4096, 11008, 32000, 32
-    # eager attention keeps the s x s softmax output (2 B) instead of the fp32 log-sum-exp; with
-    # checkpointing only the one re-materialised block holds it
-    assert acts(attention="eager") - acts() == 2 * a * s * s - 4 * a * s
+    # eager attention keeps the s x s softmax output instead of the fp32 log-sum-exp: LlamaAttention's eager path
+    # takes the softmax in fp32 (4 B) and casts it back for the next matmul (2 B), as measured in
+    # tests/golden/activation_saved.json; with checkpointing only the one re-materialised block holds it
+    assert acts(attention="eager") - acts() == (4 + 2) * a * s * s - 4 * a * s
     # a fused linear cross-entropy never materialises the 12 B/logit buffers, keeps a 4 B/hidden grad;
     # a fused softmax cross-entropy keeps the 16-bit logits (its gradient is written into them)
     assert acts() - acts(cross_entropy="fused_linear") == 12 * s * v - 4 * s * h
@@ -550,9 +552,13 @@ def test_autocast_keeps_fp32_softmax_and_loss_over_16bit_weights() -> None:
     base = Workload(seq_len=1024, micro_batch=2, gpus_per_node=8, activation_checkpointing=False)
     z = _zero(3)
     acts = lambda **kw: _acts(estimate_memory(LLAMA_7B, base.model_copy(update=kw), z))  # noqa: E731
-    s, b, v, a, layers = 1024, 2, 32000, 32, 32
-    # eager scores: the fp32 softmax output (4 B) besides the 16-bit copy the next bmm keeps, every block
-    assert acts(attention="eager", autocast=True) - acts(attention="eager") == layers * 4 * a * s * s * b
+    s, b, v = 1024, 2, 32000
+    # eager scores: the fp32 softmax output (4 B) besides the 16-bit copy the next bmm keeps, every block; HF's
+    # Llama takes that softmax in fp32 anyway, GPT-2's eager path in the scores' dtype (EAGER_16BIT_SOFTMAX)
+    assert acts(attention="eager", autocast=True) == acts(attention="eager")
+    gpt2 = load_model("gpt2")
+    gpt2_acts = lambda **kw: _acts(estimate_memory(gpt2, base.model_copy(update=kw), z))  # noqa: E731
+    assert gpt2_acts(attention="eager", autocast=True) - gpt2_acts(attention="eager") == 12 * 4 * 12 * s * s * b  # 12 blocks x 4 B x 12 heads
     # torch's loss on the bf16 logits (3 x 2 B) becomes an fp32 log-softmax: the 12 B of an upcast loss
     assert acts(cross_entropy="native", autocast=True) - acts(cross_entropy="native") == (12 - 6) * s * b * v
     assert acts(cross_entropy="native", autocast=True) == acts(cross_entropy="fp32")
@@ -576,7 +582,7 @@ def test_eager_attention_keeps_repeated_kv_heads_and_sdpa_does_not() -> None:
     # eager: K and V at all 32 heads instead of 8 (2 tensors x 2 B x s x h x (1 - 8/32) per block, 4
     # blocks) besides its s x s scores; SDPA (enable_gqa) and flash keep grouped K/V
     a = 32
-    assert acts("eager") - acts("sdpa") == 4 * (2 * 2 * s * h * 3 // 4 + 2 * a * s * s - 4 * a * s)
+    assert acts("eager") - acts("sdpa") == 4 * (2 * 2 * s * h * 3 // 4 + (4 + 2) * a * s * s - 4 * a * s)
     assert acts("sdpa") == acts("flash")
 
 

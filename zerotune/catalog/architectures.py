@@ -194,6 +194,26 @@ class Architecture(BaseModel):
     )
     relative_attention_buckets: int | None = Field(None, gt=0, description="T5 only")
 
+    # What autograd keeps in training, beyond the shapes (zerotune.model.activations reads them via ModelSpec)
+    activation: str | None = Field(
+        None,
+        description="the MLP's activation as the config names it (hidden_act, activation_function: relu, gelu, "
+        "gelu_new, silu, ...); default: the family's (FAMILY_ACTIVATION)",
+    )
+    dropout: float = Field(
+        0.0,
+        ge=0,
+        lt=1,
+        description="dropout on each block's attention and MLP outputs in training (OPT dropout, GPT-2/GPT-J/Phi "
+        "resid_pdrop, BLOOM/Falcon/GPT-NeoX hidden_dropout, StarCoder2 residual_dropout, T5 dropout_rate)",
+    )
+    attention_dropout: float = Field(
+        0.0,
+        ge=0,
+        lt=1,
+        description="dropout on the attention probabilities in training (attention_dropout, GPT-2/GPT-J attn_pdrop)",
+    )
+
     @model_validator(mode="after")
     def _consistent(self) -> Architecture:
         if self.heads % self.n_kv_heads:
@@ -226,6 +246,26 @@ class Architecture(BaseModel):
         return self.head_dim or self.hidden // self.heads
 
 
+FAMILY_ACTIVATION = {family: "silu" for family in FAMILIES} | {
+    "gemma": "gelu_pytorch_tanh",  # GemmaMLP: ACT2FN[config.hidden_activation], GemmaConfig's default
+    "gemma2": "gelu_pytorch_tanh",
+    "gemma3_text": "gelu_pytorch_tanh",
+    "gemma3": "gelu_pytorch_tanh",
+    "phi": "gelu_new",  # PhiConfig.hidden_act
+    "falcon": "gelu",  # FalconConfig.activation
+    "gpt2": "gelu_new",  # GPT2Config.activation_function
+    "gpt_neox": "gelu",  # GPTNeoXConfig.hidden_act
+    "gptj": "gelu_new",  # GPTJConfig.activation_function
+    "starcoder2": "gelu_pytorch_tanh",  # Starcoder2Config.hidden_act
+    "opt": "relu",  # OPTConfig.activation_function
+    "mpt": "gelu",  # MptMLP: nn.GELU(approximate="none")
+    "bloom": "gelu",  # BloomGelu: a custom autograd function that keeps its input, as one GELU kernel does
+    "t5": "relu",  # T5Config.feed_forward_proj "relu" (v1.1's "gated-gelu" is gelu_new: T5Config.__init__)
+}
+"""Each family's MLP activation when the profile or config.json names none: its configuration class's default
+(transformers/models/<family>/configuration_<family>.py, v5.24) or, where the modeling code fixes it, that."""
+
+
 def build_model(arch: Architecture) -> ModelSpec:
     """The ModelSpec of an architecture: every parameter tensor's numel, in forward order."""
     layers = _t5_layers(arch) if arch.family == "t5" else _decoder_layers(arch)
@@ -247,6 +287,10 @@ def build_model(arch: Architecture) -> ModelSpec:
         num_experts=arch.experts,
         experts_per_token=arch.experts_per_token,
         max_seq_len=arch.max_positions,
+        activation=arch.activation or FAMILY_ACTIVATION[arch.family],
+        shared_block_norm=arch.block_norms == 1,
+        dropout=arch.dropout,
+        attention_dropout=arch.attention_dropout,
         layers=tuple(layers),
     )
 

@@ -21,11 +21,13 @@ from pydantic import ValidationError
 from zerotune.catalog.architectures import FAMILIES, Architecture
 from zerotune.catalog.hf_families import (
     DEEPSEEK,
+    DROPOUT_FIELDS,
     GEMMA3_TEXT_DEFAULTS,
     LLAMA_LIKE,
     PARSERS,
     Getter,
     t5_fields,
+    training_fields,
 )
 from zerotune.errors import InputError
 
@@ -72,6 +74,8 @@ def parse_hf_config(config: dict[str, Any], name: str, **meta: Any) -> Architect
         )
     get = Getter(config, name, GEMMA3_TEXT_DEFAULTS if family == "gemma3_text" else {})
     fields = t5_fields(get) if family == "t5" else PARSERS[family](get, family)
+    text = Getter(get("text_config", default={}), name, GEMMA3_TEXT_DEFAULTS) if family == "gemma3" else get
+    fields |= training_fields(text, "gemma3_text" if family == "gemma3" else family)
     hf_class = meta.pop("hf_class", None) or (config.get("architectures") or [_DEFAULT_CLASS[family]])[0]
     try:
         return Architecture(name=name, family=family, hf_class=hf_class, **fields, **meta)
@@ -111,14 +115,29 @@ _DEFAULT_CLASS = {
 
 
 def to_hf_config(arch: Architecture) -> dict[str, Any]:
-    """The config.json fields (with model_type) from which transformers builds this architecture."""
+    """The config.json fields (with model_type) from which transformers builds this architecture, with its
+    activation and dropout under the family's names (hf_families.DROPOUT_FIELDS)."""
+    cfg = _shape_config(arch)
+    text = cfg["text_config"] if arch.family == "gemma3" else cfg
+    out_key, _, attn_key, _ = DROPOUT_FIELDS.get(arch.family, ("", 0.0, "attention_dropout", 0.0))
+    if arch.activation and arch.family not in ("t5", "mpt"):
+        key = {"gpt2": "activation_function", "gptj": "activation_function", "opt": "activation_function"}
+        text[key.get(arch.family, "activation" if arch.family == "falcon" else "hidden_act")] = arch.activation
+    if arch.family != "mpt":
+        text[attn_key] = arch.attention_dropout
+        if out_key:
+            text[out_key] = arch.dropout
+    return cfg
+
+
+def _shape_config(arch: Architecture) -> dict[str, Any]:
     common = {
         "model_type": arch.family,
         "vocab_size": arch.vocab,
         "tie_word_embeddings": arch.tied_embeddings,
     }
     if arch.family == "gemma3":
-        text = to_hf_config(arch.model_copy(update={"family": "gemma3_text", "vision": None}))
+        text = _shape_config(arch.model_copy(update={"family": "gemma3_text", "vision": None}))
         v = arch.vision
         assert v is not None  # a gemma3 architecture is parsed or profiled with its vision tower
         vision = {

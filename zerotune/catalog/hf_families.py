@@ -497,6 +497,41 @@ def t5_fields(get: Getter) -> dict[str, Any]:
     )
 
 
+DROPOUT_FIELDS: dict[str, tuple[str, float, str, float]] = {
+    "opt": ("dropout", 0.1, "attention_dropout", 0.0),
+    "gpt2": ("resid_pdrop", 0.1, "attn_pdrop", 0.1),
+    "gptj": ("resid_pdrop", 0.0, "attn_pdrop", 0.0),
+    "phi": ("resid_pdrop", 0.0, "attention_dropout", 0.0),
+    "bloom": ("hidden_dropout", 0.0, "attention_dropout", 0.0),
+    "falcon": ("hidden_dropout", 0.0, "attention_dropout", 0.0),
+    "gpt_neox": ("hidden_dropout", 0.0, "attention_dropout", 0.0),
+    "starcoder2": ("residual_dropout", 0.0, "attention_dropout", 0.0),
+    "t5": ("dropout_rate", 0.1, "dropout_rate", 0.1),
+}
+"""Per family, the config fields of its block's output dropout and its attention-probability dropout, with the
+configuration class's defaults (configuration_<family>.py, v5.24: OPTConfig dropout 0.1, GPT2Config resid_pdrop and
+attn_pdrop 0.1, T5Config dropout_rate 0.1, the others 0.0). Families not listed (Llama's and the MoE families) have
+no output dropout and an `attention_dropout` of 0.0 by default; MPT's sit in attn_config and default to 0."""
+ACTIVATION_FIELDS = ("hidden_act", "activation_function", "hidden_activation", "activation")
+"""The names configs give the MLP's activation (Llama's hidden_act, GPT-2/OPT's activation_function, Gemma 2's
+hidden_activation, Falcon's activation); absent, the family's default (architectures.FAMILY_ACTIVATION)."""
+
+
+def training_fields(get: Getter, family: str) -> dict[str, Any]:
+    """The activation and dropout probabilities a config gives (what autograd keeps in training depends on them)."""
+    out_key, out_default, attn_key, attn_default = DROPOUT_FIELDS.get(family, ("", 0.0, "attention_dropout", 0.0))
+    if family == "t5":
+        proj = str(get("feed_forward_proj", default="relu"))
+        activation = "gelu_new" if proj == "gated-gelu" else proj.removeprefix("gated-")  # T5Config.__init__
+    else:
+        activation = get(*ACTIVATION_FIELDS, default=None)
+    return dict(
+        activation=activation,
+        dropout=float(get(out_key, default=out_default)) if out_key else 0.0,
+        attention_dropout=float(get(attn_key, default=attn_default)),
+    )
+
+
 PARSERS = {family: _llama_like for family in LLAMA_LIKE} | {
     "gemma3": _gemma3,
     "deepseek_v2": _deepseek,

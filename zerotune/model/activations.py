@@ -17,10 +17,12 @@ their term-by-term accounting and generalises it to today's models:
 - Grouped-query attention: K and V are s·b·h·kv/a each.
 - MLP of intermediate size f: plain (GeLU) stores fc1's output and the activation's output,
   2·E·s·b·f; gated (SwiGLU/GeGLU, Llama-style `down(act(gate(x)) * up(x))`) stores gate, up,
-  act(gate) and their product, 4·E·s·b·f; a fused SwiGLU kernel (Liger `LigerSiLUMulFunction`)
+  act(gate) and their product, 4·E·s·b·f (what each activation keeps: ACTIVATION_TENSORS; ReLU 1 and
+  GPT-2's Python gelu_new 5 instead of GELU's 2); a fused SwiGLU kernel (Liger `LigerSiLUMulFunction`)
   saves only gate and up and recomputes act(gate) in backward, 3·E·s·b·f with the product that
   down_proj keeps. MoE: each token runs `experts_per_token` MLPs.
-- Dropout masks (1 byte per element) only with `dropout=True`; most LLM recipes disable dropout.
+- Dropout masks (1 byte per element) only where the model's config has nonzero dropout (OPT, GPT-2, Phi-2, T5):
+  HF keeps dropout on in training (`model.train()`); Llama-family configs set none.
 - E is the activation dtype's size: 2 for bf16/fp16, 4 for fp32.
 
 With activation checkpointing (full recomputation per block, as HF `gradient_checkpointing`
@@ -89,6 +91,28 @@ NATIVE_LOGIT_COPIES = 3
 output (E, in the input's dtype: aten log_softmax keeps its result for backward) and, in backward, the
 gradient of the logits (E): three E-byte copies per logit at the peak."""
 
+ACTIVATION_TENSORS = {"relu": 1, "gelu_new": 5, "gelu_python_tanh": 5, "gelu_accurate": 5}
+"""MLP-width tensors a plain MLP keeps from fc1's output to fc2's input, by the activation's HF name (transformers
+activations.py ACT2CLS); any other (gelu, gelu_pytorch_tanh, silu: one aten kernel that saves its input) keeps
+DEFAULT_ACTIVATION_TENSORS, fc1's output and fc2's input. ReLU saves its own output for backward
+(tools/autograd/derivatives.yaml: relu's `threshold_backward(grad, result, 0)`), the very tensor fc2 keeps: 1.
+`gelu_new` (NewGELUActivation, GPT-2/GPT-J/Phi) is tanh-GELU written in Python ops, each op keeping its operands:
+pow keeps x, tanh its output t, the final product 0.5·x and 1 + t, and fc2 the result: 5. A gated MLP keeps
+these plus `up` and the product: +2 (scripts/evidence/activation_saved.py measures all three)."""
+DEFAULT_ACTIVATION_TENSORS = 2
+
+EAGER_16BIT_SOFTMAX = ("gpt2", "falcon", "gpt_oss")
+"""Families whose HF eager attention takes the softmax in the scores' dtype (modeling_gpt2.py
+`eager_attention_forward`: softmax(attn_weights, dim=-1); modeling_falcon.py: dtype=hidden_states.dtype;
+modeling_gpt_oss.py: combined_logits.dtype). Every other family's eager path calls softmax(..., dtype=torch.float32)
+and casts back (modeling_llama.py, modeling_opt.py, ...; GPT-J upcasts q and k first): autograd keeps the fp32
+probabilities and the 16-bit copy the next matmul takes, AUTOCAST_SOFTMAX_BYTES + E per score, autocast or not."""
+
+GEMMA_RMSNORM_EXTRA_BYTES = 6
+"""Per element, what Gemma's RMSNorm (GemmaRMSNorm.forward: x.float(), normalise, multiply by 1 + weight in fp32,
+cast at the end) keeps beyond a fused kernel's 16-bit input: the fp32 upcast (4 B) and the fp32 normalised tensor
+(4 B) instead of LlamaRMSNorm's 16-bit one, less the input (2 B)."""
+
 AUTOCAST_SOFTMAX_BYTES = 4
 """Eager attention under autocast: the fp32 softmax output autograd keeps per score (softmax is on
 torch's fp32 autocast list, ATen/autocast_mode.h `AT_FORALL_FP32_SET_OPT_DTYPE`), on top of the
@@ -110,7 +134,8 @@ runtime/activation_checkpointing/checkpointing.py:510; offload_activations.py:70
 
 ASSUMPTIONS = (
     "activations: HF Trainer's kernels unless the workload names others (SDPA attention, fp32 loss at "
-    f"{LOGIT_BYTES} B per logit, unfused RMSNorm and SwiGLU), no dropout, no tensor/sequence parallelism, "
+    f"{LOGIT_BYTES} B per logit, unfused RMSNorm and SwiGLU), dropout as the model's config says, no "
+    "tensor/sequence parallelism, "
     "full per-block recompute when checkpointing"
 )
 """One line stating what `activation_bytes` assumes by default, for reports."""
@@ -134,6 +159,10 @@ def layer_activation_bytes(
     plain_rmsnorm: bool = False,
     attention_width: int | None = None,
     fp32_softmax: bool = False,
+    act_tensors: int = DEFAULT_ACTIVATION_TENSORS,
+    attention_dropout: bool | None = None,
+    shared_norm: bool = False,
+    rmsnorm_extra: int = RMSNORM_EXTRA_BYTES,
 ) -> int:
     """Bytes one transformer block keeps for backward (Korthikanti et al. 2022, Sec. 4.1, generalised).
 
@@ -145,7 +174,14 @@ def layer_activation_bytes(
     this is exactly their s·b·h·(34 + 5·a·s/h). The HF-kernel terms (module docstring, "HF
     kernels") are off by default: `repeat_kv` (eager attention keeps K and V expanded to all heads)
     and `plain_rmsnorm` (two unfused RMSNorms). `fp32_softmax`: eager attention's softmax ran in fp32
-    under autocast (AUTOCAST_SOFTMAX_BYTES more per score).
+    under autocast or in HF's eager code (AUTOCAST_SOFTMAX_BYTES more per score).
+
+    Model facts (zerotune/model/memory_facts.py reads them from the ModelSpec): `act_tensors`, the MLP-width
+    tensors the activation keeps (ACTIVATION_TENSORS); `dropout`, a 1-byte mask per element of each block's attention
+    and MLP outputs (CUDA's native_dropout keeps a bool mask, aten/src/ATen/native/Dropout.cpp) and, in eager
+    attention, of the probabilities unless `attention_dropout` says otherwise; `shared_norm`, one norm feeding a
+    parallel block's attention and MLP (its input and its output kept once, not twice); `rmsnorm_extra`, bytes per
+    element each unfused RMSNorm keeps beyond its input (RMSNORM_EXTRA_BYTES, GEMMA_RMSNORM_EXTRA_BYTES).
     """
     kv = heads if kv_heads is None else kv_heads
     if repeat_kv:
@@ -154,6 +190,7 @@ def layer_activation_bytes(
     e = elem_bytes
     sbh = seq * micro * hidden
     mask = 1 if dropout else 0
+    probs_mask = mask if attention_dropout is None else int(attention_dropout)
     # Attention: layer-norm input, QKV input, Q, K, V, output-projection input, output dropout mask.
     if attention_width is None:
         attention = e * sbh * 4 + 2 * e * sbh * kv // heads + mask * sbh
@@ -163,14 +200,17 @@ def layer_activation_bytes(
         attention += 4 * heads * seq * micro  # fp32 log-sum-exp per row
     else:
         probs = e + (AUTOCAST_SOFTMAX_BYTES if fp32_softmax else 0)
-        attention += (probs + mask * (1 + e)) * heads * seq * seq * micro  # softmax out (+ dropout mask, output)
+        attention += (probs + probs_mask * (1 + e)) * heads * seq * seq * micro  # softmax out (+ mask, output)
     # MLP: layer-norm input, fc1 input, intermediate tensors, output dropout mask.
-    tensors = (3 if fused_swiglu else 4) if gated else 2
+    tensors = (3 if fused_swiglu else act_tensors + 2) if gated else act_tensors
     intermediate = tensors * e * seq * micro * f * experts_per_token
     mlp = 2 * e * sbh + intermediate + mask * sbh
+    norms = 1 if shared_norm else 2
+    if shared_norm:  # the MLP's norm input and fc1's input are the attention's norm input and QKV input
+        mlp -= 2 * e * sbh
     extra = 0
     if plain_rmsnorm:
-        extra += 2 * RMSNORM_EXTRA_BYTES * sbh
+        extra += norms * rmsnorm_extra * sbh
     return attention + mlp + extra
 
 
@@ -212,6 +252,11 @@ def activation_bytes(
     checkpoint_in_cpu: bool = False,
     attention_width: int | None = None,
     autocast: bool = False,
+    act_tensors: int = DEFAULT_ACTIVATION_TENSORS,
+    attention_dropout: bool | None = None,
+    shared_norm: bool = False,
+    rmsnorm_extra: int = RMSNORM_EXTRA_BYTES,
+    eager_fp32_softmax: bool = False,
 ) -> int:
     """Peak activation bytes per GPU for one micro-batch (no tensor/sequence parallelism).
 
@@ -220,6 +265,8 @@ def activation_bytes(
     block re-materialised in backward + the head. `autocast`: the forward runs under torch.autocast
     (module docstring).
     """
+    # `eager_fp32_softmax`: the model's eager attention takes its softmax in fp32 (EAGER_16BIT_SOFTMAX); the other
+    # model facts as layer_activation_bytes takes them
     e = DTYPE_BYTES[precision]
     cross_entropy = autocast_loss(cross_entropy, e, autocast)
     block = layer_activation_bytes(
@@ -238,7 +285,11 @@ def activation_bytes(
         repeat_kv=repeat_kv,
         plain_rmsnorm=plain_rmsnorm,
         attention_width=attention_width,
-        fp32_softmax=autocast and e < 4,
+        fp32_softmax=(autocast or eager_fp32_softmax) and e < 4,
+        act_tensors=act_tensors,
+        attention_dropout=attention_dropout,
+        shared_norm=shared_norm,
+        rmsnorm_extra=rmsnorm_extra,
     )
     head = head_activation_bytes(seq, micro, hidden, vocab, elem_bytes=e, cross_entropy=cross_entropy)
     if checkpointing:

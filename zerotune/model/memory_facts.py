@@ -10,7 +10,12 @@ from functools import cached_property, lru_cache
 
 from zerotune.dsconfig.settings import ZeroSettings
 from zerotune.model.activations import (
+    ACTIVATION_TENSORS,
     CPU_CHECKPOINT_GPU_INPUTS,
+    DEFAULT_ACTIVATION_TENSORS,
+    EAGER_16BIT_SOFTMAX,
+    GEMMA_RMSNORM_EXTRA_BYTES,
+    RMSNORM_EXTRA_BYTES,
     activation_bytes,
     autocast_loss,
     head_activation_bytes,
@@ -43,6 +48,20 @@ class Facts:
     rms_norm: bool
     attention_width: int | None = None
     """MLA: elements per token its attention keeps (ModelSpec.attention_activation_width)."""
+    act_tensors: int = DEFAULT_ACTIVATION_TENSORS
+    """MLP-width tensors its activation keeps (activations.ACTIVATION_TENSORS[ModelSpec.activation])."""
+    dropout: bool = False
+    """Nonzero dropout on the blocks' attention and MLP outputs (ModelSpec.dropout): a 1-byte mask each."""
+    attention_dropout: bool = False
+    """Nonzero dropout on the attention probabilities (ModelSpec.attention_dropout): a mask per score, eager only."""
+    shared_norm: bool = False
+    """One norm feeds the parallel attention and MLP (ModelSpec.shared_block_norm)."""
+    rmsnorm_extra: int = RMSNORM_EXTRA_BYTES
+    """Bytes per element its unfused RMSNorm keeps beyond the input (GEMMA_RMSNORM_EXTRA_BYTES for Gemma's)."""
+    eager_fp32_softmax: bool = True
+    """Its HF eager attention takes the softmax in fp32 (all but activations.EAGER_16BIT_SOFTMAX)."""
+    eager_only: bool = False
+    """transformers has no SDPA or flash-attention path for it (EAGER_ONLY_FAMILIES): eager whatever is asked."""
 
     @cached_property
     def layer_is_block(self) -> tuple[bool, ...]:
@@ -60,6 +79,14 @@ Qwen3RMSNorm, Gemma3RMSNorm, DeepseekV3RMSNorm, GptOssRMSNorm and Olmo2RMSNorm u
 LlamaRMSNorm does."""
 
 
+EAGER_ONLY_FAMILIES = ("bloom", "mpt")
+"""Families whose transformers model has neither an SDPA nor a flash-attention path (modeling_bloom.py and
+modeling_mpt.py set neither `_supports_sdpa` nor `_supports_flash_attn`, v5.24; loading BLOOM with
+attn_implementation="sdpa" raises): their attention keeps the s x s scores whatever the workload asks for."""
+
+GEMMA_FAMILIES = ("gemma", "gemma2", "gemma3_text", "gemma3")
+"""Families whose RMSNorm multiplies by 1 + weight in fp32 before casting (GEMMA_RMSNORM_EXTRA_BYTES)."""
+
 _FACTS: dict[tuple, Facts] = {}
 
 
@@ -68,6 +95,11 @@ def facts_of(model: ModelSpec) -> Facts:
     # describe the same model (a resized proxy differs in layers or params)
     key = (
         model.name,
+        model.family,
+        model.activation,
+        model.dropout,
+        model.attention_dropout,
+        model.shared_block_norm,
         model.params,
         model.num_layers,
         model.hidden_size,
@@ -76,6 +108,10 @@ def facts_of(model: ModelSpec) -> Facts:
     )
     facts = _FACTS.get(key)
     if facts is None:
+        family = model.family.split("-")[0]
+        # T5's encoder and decoder blocks (cross-attention, a dropout inside the MLP) are not what the per-block
+        # accounting or scripts/evidence/activation_saved.py measure: they keep the GELU, no-dropout default
+        measured = family != "t5"
         facts = Facts(
             psi=model.params,
             largest_layer=model.largest_layer,
@@ -91,8 +127,15 @@ def facts_of(model: ModelSpec) -> Facts:
             gated=model.gated_mlp,
             vocab=model.vocab_size,
             experts_per_token=max(1, model.experts_per_token),
-            rms_norm=model.family.split("-")[0] in RMSNORM_FAMILIES,
+            rms_norm=family in RMSNORM_FAMILIES,
             attention_width=model.attention_activation_width,
+            act_tensors=ACTIVATION_TENSORS.get(model.activation, DEFAULT_ACTIVATION_TENSORS) if measured else DEFAULT_ACTIVATION_TENSORS,
+            dropout=measured and model.dropout > 0,
+            attention_dropout=measured and model.attention_dropout > 0,
+            shared_norm=model.shared_block_norm,
+            rmsnorm_extra=GEMMA_RMSNORM_EXTRA_BYTES if family in GEMMA_FAMILIES else RMSNORM_EXTRA_BYTES,
+            eager_fp32_softmax=family not in EAGER_16BIT_SOFTMAX,
+            eager_only=family in EAGER_ONLY_FAMILIES,
         )
         _FACTS[key] = facts
     return facts
@@ -146,6 +189,8 @@ def activations_of(
     checkpoint_in_cpu: bool = False,
     autocast: bool = False,
 ) -> int:
+    if facts.eager_only:
+        attention = "eager"
     return activation_bytes(
         num_layers=facts.num_layers,
         seq=seq,
@@ -167,6 +212,12 @@ def activations_of(
         checkpoint_in_cpu=checkpoint_in_cpu,
         attention_width=facts.attention_width,
         autocast=autocast,
+        act_tensors=facts.act_tensors,
+        dropout=facts.dropout,
+        attention_dropout=facts.attention_dropout,
+        shared_norm=facts.shared_norm,
+        rmsnorm_extra=facts.rmsnorm_extra,
+        eager_fp32_softmax=facts.eager_fp32_softmax,
     )
 
 

@@ -59,6 +59,14 @@ class ModelSpec(BaseModel):
     num_experts: int = 1
     experts_per_token: int = 1
     max_seq_len: int | None = None
+    activation: str = Field(
+        "silu", description="the MLP's activation as HF configs name it (relu, gelu, gelu_new, silu, ...)"
+    )
+    shared_block_norm: bool = Field(
+        False, description="one norm feeds a parallel block's attention and MLP (Falcon-7B, GPT-J, Phi-1/2)"
+    )
+    dropout: float = Field(0.0, description="dropout on each block's attention and MLP outputs in training")
+    attention_dropout: float = Field(0.0, description="dropout on the attention probabilities in training")
     layers: tuple[LayerSpec, ...]
 
     @cached_property
