@@ -23,6 +23,10 @@ Run with a Python that has torch and transformers (the project's core needs neit
     PYTHONPATH=. /tmp/tfvenv/bin/python scripts/evidence/activation_saved.py --record   # + tests/golden json
     PYTHONPATH=. /tmp/tfvenv/bin/python scripts/evidence/activation_saved.py --detail opt-125m   # tensor list
 
+`--detail` lists each saved storage with the aten op that produced it (a TorchDispatchMode): what tells ReLU's one
+MLP tensor from gelu_new's five, the fp32 softmax of eager attention, and the residuals the tests list (KNOWN_GAPS).
+The models run as HF runs them in training, use_cache included (its K/V concatenation copies K and V).
+
 `--record` writes tests/golden/activation_saved.json (shapes, dropout, measured bytes per attention kernel), which
 tests/unit/test_activation_saved.py compares with zerotune's estimate without torch.
 """
@@ -139,6 +143,8 @@ def measure(arch, attention: str, detail: bool = False) -> int:
     excluded = {t.untyped_storage().data_ptr() for t in model.parameters()}
     excluded |= {t.untyped_storage().data_ptr() for t in model.buffers()}
     saved: dict[int, tuple[int, str]] = {}
+    made: dict[int, str] = {}  # storage -> the aten op that last wrote it (--detail)
+    producer: dict[int, str] = {}
     scores: list[str] = []
     hooks = torch.autograd.graph.saved_tensors_hooks(lambda t: keep(t), lambda t: t)
 
@@ -146,6 +152,7 @@ def measure(arch, attention: str, detail: bool = False) -> int:
         storage = t.untyped_storage()
         if storage.data_ptr() not in excluded and storage.data_ptr() not in saved:
             saved[storage.data_ptr()] = (storage.nbytes(), f"{tuple(t.shape)} {t.dtype}")
+            producer[storage.data_ptr()] = made.get(storage.data_ptr(), "?")
             if t.dim() >= 2 and tuple(t.shape[-2:]) == (SEQ, SEQ):
                 scores.append(str(t.dtype))
         return t
@@ -178,12 +185,28 @@ def measure(arch, attention: str, detail: bool = False) -> int:
         torch.native_dropout(x, p, True)[0] if training and 0 < p < 1 else fused_dropout(x, p, training, inplace)
     )
     try:
-        model(input_ids=ids)
+        if detail:
+            from torch.utils._python_dispatch import TorchDispatchMode
+
+            class Producers(TorchDispatchMode):
+                def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                    out = func(*args, **(kwargs or {}))
+                    returns = func._schema.returns
+                    if returns and returns[0].alias_info is not None:  # a view: its producer made the storage
+                        return out
+                    for t in tensors(out):
+                        made[t.untyped_storage().data_ptr()] = str(func.overloadpacket.__name__)
+                    return out
+
+            with Producers():
+                model(input_ids=ids)
+        else:
+            model(input_ids=ids)
     finally:
         F.dropout = fused_dropout
     if detail:
-        for nbytes, what in sorted(saved.values(), reverse=True):
-            print(f"  {nbytes:>12,}  {what}")
+        for ptr, (nbytes, what) in sorted(saved.items(), key=lambda kv: -kv[1][0]):
+            print(f"  {nbytes:>12,}  {what:<36} from {producer[ptr]}")
     elif attention == "sdpa" and scores:
         raise ValueError(f"SDPA kept {scores[0]} s x s scores: the CPU math kernel, not what CUDA runs")
     return sum(nbytes for nbytes, _ in saved.values())
