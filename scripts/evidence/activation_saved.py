@@ -47,7 +47,7 @@ GOLDEN = Path(__file__).resolve().parents[2] / "tests" / "golden" / "activation_
 SEQ, MICRO, HIDDEN, HEAD_DIM = 256, 2, 512, 64
 MODELS = (
     "opt-125m", "gpt2", "gpt-j-6b", "bloom-560m", "falcon-7b", "pythia-160m", "phi-2", "starcoder2-3b",
-    "llama3-8b", "qwen2.5-0.5b", "gemma-2b",
+    "llama3-8b", "qwen2.5-0.5b", "gemma-2b", "qwen3-8b", "gemma-2-9b",
 )  # fmt: skip
 KERNELS = ("sdpa", "eager")
 
@@ -124,7 +124,8 @@ def hf_model(arch, attention: str):
         model = tf.Starcoder2ForCausalLM(cfg)
         return model, model.model.layers[0]
     classes = {"llama": (tf.LlamaConfig, tf.LlamaForCausalLM), "qwen2": (tf.Qwen2Config, tf.Qwen2ForCausalLM),
-               "gemma": (tf.GemmaConfig, tf.GemmaForCausalLM)}
+               "gemma": (tf.GemmaConfig, tf.GemmaForCausalLM), "qwen3": (tf.Qwen3Config, tf.Qwen3ForCausalLM),
+               "gemma2": (tf.Gemma2Config, tf.Gemma2ForCausalLM)}
     config_cls, model_cls = classes[fam]
     cfg = config_cls(hidden_size=h, num_attention_heads=a, num_key_value_heads=kv, head_dim=HEAD_DIM,
                      intermediate_size=f, num_hidden_layers=1, attention_dropout=pa, **common)

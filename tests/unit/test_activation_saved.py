@@ -72,8 +72,13 @@ def test_configs_give_activation_and_dropout() -> None:
 
 
 def test_bloom_keeps_its_scores_whatever_the_workload_asks() -> None:
-    """transformers' BLOOM has no SDPA/flash path: asking for sdpa gives the eager bytes (s x s scores)."""
+    """transformers' BLOOM has no SDPA/flash path: asking for sdpa gives the eager bytes (s x s scores); Gemma 2
+    has no SDPA path (soft-capping) but a flash one."""
     facts = facts_of(build_model(load_architecture("bloom-560m")))
-    assert activations_of(facts, 1024, 1, "bf16", False, "sdpa") == activations_of(facts, 1024, 1, "bf16", False, "eager")
+    acts = lambda attention: activations_of(facts, 1024, 1, "bf16", False, attention)  # noqa: E731
+    assert acts("sdpa") == acts("eager") == acts("flash")
+    gemma2 = facts_of(build_model(load_architecture("gemma-2-9b")))
+    acts = lambda attention: activations_of(gemma2, 1024, 1, "bf16", False, attention)  # noqa: E731
+    assert acts("sdpa") == acts("eager") > acts("flash")
     llama = facts_of(build_model(load_architecture("llama3-8b")))
     assert activations_of(llama, 1024, 1, "bf16", False, "sdpa") < activations_of(llama, 1024, 1, "bf16", False, "eager")

@@ -289,6 +289,8 @@ def build_model(arch: Architecture) -> ModelSpec:
         max_seq_len=arch.max_positions,
         activation=arch.activation or FAMILY_ACTIVATION[arch.family],
         shared_block_norm=arch.block_norms == 1,
+        qk_norm=arch.qk_norm,
+        block_norms=arch.block_norms,
         dropout=arch.dropout,
         attention_dropout=arch.attention_dropout,
         layers=tuple(layers),

@@ -163,6 +163,9 @@ def layer_activation_bytes(
     attention_dropout: bool | None = None,
     shared_norm: bool = False,
     rmsnorm_extra: int = RMSNORM_EXTRA_BYTES,
+    qk_norm: bool = False,
+    post_norms: int = 0,
+    softcap: bool = False,
 ) -> int:
     """Bytes one transformer block keeps for backward (Korthikanti et al. 2022, Sec. 4.1, generalised).
 
@@ -181,9 +184,14 @@ def layer_activation_bytes(
     and MLP outputs (CUDA's native_dropout keeps a bool mask, aten/src/ATen/native/Dropout.cpp) and, in eager
     attention, of the probabilities unless `attention_dropout` says otherwise; `shared_norm`, one norm feeding a
     parallel block's attention and MLP (its input and its output kept once, not twice); `rmsnorm_extra`, bytes per
-    element each unfused RMSNorm keeps beyond its input (RMSNORM_EXTRA_BYTES, GEMMA_RMSNORM_EXTRA_BYTES).
+    element each unfused RMSNorm keeps beyond its input (RMSNORM_EXTRA_BYTES, GEMMA_RMSNORM_EXTRA_BYTES); `qk_norm`,
+    an RMSNorm over q and one over k (Qwen3Attention q_norm/k_norm): each keeps its input, and unfused its fp32
+    copy and normalised tensor besides (rmsnorm_extra + E per element of q and of k); `post_norms`, norms on the
+    attention's and the MLP's outputs (Gemma 2/3's post_attention_layernorm, post_feedforward_layernorm), whose
+    inputs nothing else keeps (rmsnorm_extra + E per element each); `softcap`, eager attention's logit
+    soft-capping (Gemma 2: scores / cap -> tanh -> x cap), whose tanh keeps its output, E more per score.
     """
-    kv = heads if kv_heads is None else kv_heads
+    kv = grouped_kv = heads if kv_heads is None else kv_heads
     if repeat_kv:
         kv = heads
     f = 4 * hidden if ffn is None else ffn
@@ -199,7 +207,7 @@ def layer_activation_bytes(
     if flash:
         attention += 4 * heads * seq * micro  # fp32 log-sum-exp per row
     else:
-        probs = e + (AUTOCAST_SOFTMAX_BYTES if fp32_softmax else 0)
+        probs = e + (AUTOCAST_SOFTMAX_BYTES if fp32_softmax else 0) + (e if softcap else 0)
         attention += (probs + probs_mask * (1 + e)) * heads * seq * seq * micro  # softmax out (+ mask, output)
     # MLP: layer-norm input, fc1 input, intermediate tensors, output dropout mask.
     tensors = (3 if fused_swiglu else act_tensors + 2) if gated else act_tensors
@@ -211,6 +219,11 @@ def layer_activation_bytes(
     extra = 0
     if plain_rmsnorm:
         extra += norms * rmsnorm_extra * sbh
+    if post_norms:  # a fused kernel keeps only its input
+        extra += post_norms * ((rmsnorm_extra if plain_rmsnorm else 0) + e) * sbh
+    if qk_norm:  # q is s·b·h elements, k s·b·h·kv/a (normalised before repeat_kv), as the terms above count them
+        per_element = e + (rmsnorm_extra if plain_rmsnorm else 0)
+        extra += per_element * (sbh + sbh * grouped_kv // heads)
     return attention + mlp + extra
 
 
@@ -257,6 +270,9 @@ def activation_bytes(
     shared_norm: bool = False,
     rmsnorm_extra: int = RMSNORM_EXTRA_BYTES,
     eager_fp32_softmax: bool = False,
+    qk_norm: bool = False,
+    post_norms: int = 0,
+    softcap: bool = False,
 ) -> int:
     """Peak activation bytes per GPU for one micro-batch (no tensor/sequence parallelism).
 
@@ -290,6 +306,9 @@ def activation_bytes(
         attention_dropout=attention_dropout,
         shared_norm=shared_norm,
         rmsnorm_extra=rmsnorm_extra,
+        qk_norm=qk_norm,
+        post_norms=post_norms,
+        softcap=softcap,
     )
     head = head_activation_bytes(seq, micro, hidden, vocab, elem_bytes=e, cross_entropy=cross_entropy)
     if checkpointing:

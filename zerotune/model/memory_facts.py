@@ -60,8 +60,16 @@ class Facts:
     """Bytes per element its unfused RMSNorm keeps beyond the input (GEMMA_RMSNORM_EXTRA_BYTES for Gemma's)."""
     eager_fp32_softmax: bool = True
     """Its HF eager attention takes the softmax in fp32 (all but activations.EAGER_16BIT_SOFTMAX)."""
-    eager_only: bool = False
-    """transformers has no SDPA or flash-attention path for it (EAGER_ONLY_FAMILIES): eager whatever is asked."""
+    sdpa: bool = True
+    """transformers has an SDPA path for it (not NO_SDPA_FAMILIES): asked for sdpa, it runs eager otherwise."""
+    flash: bool = True
+    """transformers has a flash-attention path for it (not NO_FLASH_FAMILIES): asked for flash, eager otherwise."""
+    qk_norm: bool = False
+    """An RMSNorm over q and over k in each block (ModelSpec.qk_norm)."""
+    post_norms: int = 0
+    """Norms on the attention's and MLP's outputs beyond the two input norms (ModelSpec.block_norms - 2, Gemma 2/3)."""
+    softcap: bool = False
+    """Its eager attention soft-caps the logits with a tanh (SOFTCAP_FAMILIES)."""
 
     @cached_property
     def layer_is_block(self) -> tuple[bool, ...]:
@@ -79,10 +87,16 @@ Qwen3RMSNorm, Gemma3RMSNorm, DeepseekV3RMSNorm, GptOssRMSNorm and Olmo2RMSNorm u
 LlamaRMSNorm does."""
 
 
-EAGER_ONLY_FAMILIES = ("bloom", "mpt")
-"""Families whose transformers model has neither an SDPA nor a flash-attention path (modeling_bloom.py and
-modeling_mpt.py set neither `_supports_sdpa` nor `_supports_flash_attn`, v5.24; loading BLOOM with
-attn_implementation="sdpa" raises): their attention keeps the s x s scores whatever the workload asks for."""
+NO_FLASH_FAMILIES = ("bloom", "mpt")
+"""Families whose transformers model has no flash-attention path (modeling_bloom.py and modeling_mpt.py set no
+`_supports_flash_attn`, v5.24): their attention keeps the s x s scores whatever the workload asks for."""
+NO_SDPA_FAMILIES = NO_FLASH_FAMILIES + ("gemma2",)
+"""... nor an SDPA path (loading BLOOM with attn_implementation="sdpa" raises; Gemma2PreTrainedModel sets
+`_supports_sdpa = False`, "sdpa does not support softcapping"): HF's default for them is eager."""
+
+SOFTCAP_FAMILIES = ("gemma2",)
+"""Families whose eager attention soft-caps the logits (Gemma2Config.attn_logit_softcapping, 50.0 by default and in
+the released configs; modeling_gemma2.py eager_attention_forward: tanh(scores / cap) x cap). Gemma 3 sets it None."""
 
 GEMMA_FAMILIES = ("gemma", "gemma2", "gemma3_text", "gemma3")
 """Families whose RMSNorm multiplies by 1 + weight in fp32 before casting (GEMMA_RMSNORM_EXTRA_BYTES)."""
@@ -100,6 +114,8 @@ def facts_of(model: ModelSpec) -> Facts:
         model.dropout,
         model.attention_dropout,
         model.shared_block_norm,
+        model.qk_norm,
+        model.block_norms,
         model.params,
         model.num_layers,
         model.hidden_size,
@@ -135,7 +151,11 @@ def facts_of(model: ModelSpec) -> Facts:
             shared_norm=model.shared_block_norm,
             rmsnorm_extra=GEMMA_RMSNORM_EXTRA_BYTES if family in GEMMA_FAMILIES else RMSNORM_EXTRA_BYTES,
             eager_fp32_softmax=family not in EAGER_16BIT_SOFTMAX,
-            eager_only=family in EAGER_ONLY_FAMILIES,
+            sdpa=family not in NO_SDPA_FAMILIES,
+            flash=family not in NO_FLASH_FAMILIES,
+            qk_norm=model.qk_norm,
+            post_norms=max(model.block_norms - 2, 0) if family in RMSNORM_FAMILIES else 0,
+            softcap=family in SOFTCAP_FAMILIES,
         )
         _FACTS[key] = facts
     return facts
@@ -189,7 +209,7 @@ def activations_of(
     checkpoint_in_cpu: bool = False,
     autocast: bool = False,
 ) -> int:
-    if facts.eager_only:
+    if (attention == "sdpa" and not facts.sdpa) or (attention.startswith("flash") and not facts.flash):
         attention = "eager"
     return activation_bytes(
         num_layers=facts.num_layers,
@@ -218,6 +238,9 @@ def activations_of(
         shared_norm=facts.shared_norm,
         rmsnorm_extra=facts.rmsnorm_extra,
         eager_fp32_softmax=facts.eager_fp32_softmax,
+        qk_norm=facts.qk_norm,
+        post_norms=facts.post_norms,
+        softcap=facts.softcap,
     )
 
 

@@ -62,6 +62,8 @@ class ModelSpec(BaseModel):
     activation: str = Field(
         "silu", description="the MLP's activation as HF configs name it (relu, gelu, gelu_new, silu, ...)"
     )
+    qk_norm: bool = Field(False, description="an RMSNorm over q and over k (Qwen3, Gemma 3, OLMo 2)")
+    block_norms: int = Field(2, description="norms per block (Gemma 2/3: 4, with post-attention/-feedforward norms)")
     shared_block_norm: bool = Field(
         False, description="one norm feeds a parallel block's attention and MLP (Falcon-7B, GPT-J, Phi-1/2)"
     )
