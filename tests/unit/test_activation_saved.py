@@ -28,7 +28,6 @@ KNOWN_GAPS = {
     "SDPA's q, a view of the fused c_attn output, keeps all of that output alive: two more s·b·h tensors",
     ("phi-2", "sdpa"): "the CPU SDPA kernel's output and its transpose(1, 2).contiguous() copy for the output "
     "projection are two tensors (--detail: clone); whether CUDA's kernels return a layout needing the copy is unmeasured",
-    ("gpt-j-6b", "eager"): "GPT-J's eager path upcasts q and k to fp32 before the scores (modeling_gptj.py _attn)",
     ("pythia-160m", "eager"): "GPT-NeoX's parallel residual normalises one input twice: one norm input less",
 }
 """Residuals left (under 7%), each with its cause; the report says why they are not modelled yet."""

@@ -21,8 +21,9 @@ their term-by-term accounting and generalises it to today's models:
   GPT-2's Python gelu_new 5 instead of GELU's 2); a fused SwiGLU kernel (Liger `LigerSiLUMulFunction`)
   saves only gate and up and recomputes act(gate) in backward, 3·E·s·b·f with the product that
   down_proj keeps. MoE: each token runs `experts_per_token` MLPs.
-- Dropout masks (1 byte per element) only where the model's config has nonzero dropout (OPT, GPT-2, Phi-2, T5):
-  HF keeps dropout on in training (`model.train()`); Llama-family configs set none.
+- Dropout masks (1 byte per element) only where the model's config has nonzero dropout (OPT, GPT-2, Phi-2,
+  Megatron's GPT): HF keeps dropout on in training (`model.train()`); Llama-family configs set none. T5's blocks
+  (cross-attention, a dropout inside the MLP) are not measured and keep the plain GELU, no-dropout accounting.
 - E is the activation dtype's size: 2 for bf16/fp16, 4 for fp32.
 
 With activation checkpointing (full recomputation per block, as HF `gradient_checkpointing`
@@ -108,6 +109,11 @@ modeling_gpt_oss.py: combined_logits.dtype). Every other family's eager path cal
 and casts back (modeling_llama.py, modeling_opt.py, ...; GPT-J upcasts q and k first): autograd keeps the fp32
 probabilities and the 16-bit copy the next matmul takes, AUTOCAST_SOFTMAX_BYTES + E per score, autocast or not."""
 
+EAGER_FP32_QK = ("gptj",)
+"""Families whose eager attention upcasts q and k to fp32 before the scores (modeling_gptj.py `GPTJAttention._attn`:
+query.to(torch.float32), key.to(torch.float32)): the score matmul keeps the fp32 copies, 4 - E bytes more per
+element of q and k."""
+
 GEMMA_RMSNORM_EXTRA_BYTES = 6
 """Per element, what Gemma's RMSNorm (GemmaRMSNorm.forward: x.float(), normalise, multiply by 1 + weight in fp32,
 cast at the end) keeps beyond a fused kernel's 16-bit input: the fp32 upcast (4 B) and the fp32 normalised tensor
@@ -166,6 +172,7 @@ def layer_activation_bytes(
     qk_norm: bool = False,
     post_norms: int = 0,
     softcap: bool = False,
+    fp32_qk: bool = False,
 ) -> int:
     """Bytes one transformer block keeps for backward (Korthikanti et al. 2022, Sec. 4.1, generalised).
 
@@ -189,7 +196,8 @@ def layer_activation_bytes(
     copy and normalised tensor besides (rmsnorm_extra + E per element of q and of k); `post_norms`, norms on the
     attention's and the MLP's outputs (Gemma 2/3's post_attention_layernorm, post_feedforward_layernorm), whose
     inputs nothing else keeps (rmsnorm_extra + E per element each); `softcap`, eager attention's logit
-    soft-capping (Gemma 2: scores / cap -> tanh -> x cap), whose tanh keeps its output, E more per score.
+    soft-capping (Gemma 2: scores / cap -> tanh -> x cap), whose tanh keeps its output, E more per score;
+    `fp32_qk`, eager attention's scores from fp32 copies of q and k (EAGER_FP32_QK).
     """
     kv = grouped_kv = heads if kv_heads is None else kv_heads
     if repeat_kv:
@@ -209,6 +217,8 @@ def layer_activation_bytes(
     else:
         probs = e + (AUTOCAST_SOFTMAX_BYTES if fp32_softmax else 0) + (e if softcap else 0)
         attention += (probs + probs_mask * (1 + e)) * heads * seq * seq * micro  # softmax out (+ mask, output)
+        if fp32_qk:
+            attention += max(4 - e, 0) * (sbh + sbh * kv // heads)
     # MLP: layer-norm input, fc1 input, intermediate tensors, output dropout mask.
     tensors = (3 if fused_swiglu else act_tensors + 2) if gated else act_tensors
     intermediate = tensors * e * seq * micro * f * experts_per_token
@@ -273,6 +283,7 @@ def activation_bytes(
     qk_norm: bool = False,
     post_norms: int = 0,
     softcap: bool = False,
+    fp32_qk: bool = False,
 ) -> int:
     """Peak activation bytes per GPU for one micro-batch (no tensor/sequence parallelism).
 
@@ -309,6 +320,7 @@ def activation_bytes(
         qk_norm=qk_norm,
         post_norms=post_norms,
         softcap=softcap,
+        fp32_qk=fp32_qk,
     )
     head = head_activation_bytes(seq, micro, hidden, vocab, elem_bytes=e, cross_entropy=cross_entropy)
     if checkpointing:

@@ -14,6 +14,7 @@ from zerotune.model.activations import (
     CPU_CHECKPOINT_GPU_INPUTS,
     DEFAULT_ACTIVATION_TENSORS,
     EAGER_16BIT_SOFTMAX,
+    EAGER_FP32_QK,
     GEMMA_RMSNORM_EXTRA_BYTES,
     RMSNORM_EXTRA_BYTES,
     activation_bytes,
@@ -70,6 +71,8 @@ class Facts:
     """Norms on the attention's and MLP's outputs beyond the two input norms (ModelSpec.block_norms - 2, Gemma 2/3)."""
     softcap: bool = False
     """Its eager attention soft-caps the logits with a tanh (SOFTCAP_FAMILIES)."""
+    fp32_qk: bool = False
+    """Its eager attention takes the scores from fp32 copies of q and k (activations.EAGER_FP32_QK)."""
 
     @cached_property
     def layer_is_block(self) -> tuple[bool, ...]:
@@ -156,6 +159,7 @@ def facts_of(model: ModelSpec) -> Facts:
             qk_norm=model.qk_norm,
             post_norms=max(model.block_norms - 2, 0) if family in RMSNORM_FAMILIES else 0,
             softcap=family in SOFTCAP_FAMILIES,
+            fp32_qk=family in EAGER_FP32_QK,
         )
         _FACTS[key] = facts
     return facts
@@ -241,6 +245,7 @@ def activations_of(
         qk_norm=facts.qk_norm,
         post_norms=facts.post_norms,
         softcap=facts.softcap,
+        fp32_qk=facts.fp32_qk,
     )
 
 
