@@ -227,3 +227,22 @@ def client_optimizer(d: Diagnosis, scan: Scan, job: Job) -> FixOut:
         ],
         'Or keep the script\'s optimizer and set "zero_force_ds_cpu_optimizer": false (slower CPU step).',
     )
+
+
+def port_in_use(d: Diagnosis, scan: Scan, job: Job) -> FixOut:
+    port = next((e.value for e in scan.port_conflicts if e.value is not None), None)
+    held = f":{port}" if port is not None else ":<port>"
+    return unchecked(
+        [
+            Change(
+                key="(launcher) --master_port / MASTER_PORT",
+                old=port,
+                new="a free port",
+                reason="each job on a node needs its own rendezvous port (deepspeed/torchrun --master_port, "
+                "accelerate --main_process_port, MASTER_PORT for launchers that read the environment)",
+            )
+        ],
+        f"If no other job should hold it, a process of an earlier run still does: find it with `ss -ltnp | grep {held}` "
+        "and end it. Under slurm or mpirun on one node, start the launcher once per node, not once per rank "
+        "(deepspeed --force_multi with --launcher slurm/openmpi), so only rank 0 binds the port.",
+    )

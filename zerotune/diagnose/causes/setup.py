@@ -1,6 +1,6 @@
 """Causes that stop a job before or as it starts: a DeepSpeed config rejected (pydantic, batch
 assertions, HF's mismatch check), incompatible library versions, a DeepSpeed op that does not build,
-ZeRO-Offload refusing a client optimizer."""
+ZeRO-Offload refusing a client optimizer, a master port another process holds."""
 
 from __future__ import annotations
 
@@ -180,4 +180,24 @@ def client_optimizer(scan: Scan, offload_configured: bool) -> Diagnosis | None:
         ),
         evidence=evidence(scan.client_optimizer),
         line=scan.client_optimizer[0].number,
+    )
+
+
+def port_in_use(scan: Scan, offload_configured: bool) -> Diagnosis | None:
+    if not scan.port_conflicts:
+        return None
+    port = next((e.value for e in scan.port_conflicts if e.value is not None), None)
+    named = f"port {port}" if port is not None else "the master port"
+    return Diagnosis(
+        cause="port_in_use",
+        title=f"Master {named} already in use",
+        explanation=(
+            f"The job stopped at start-up: rank 0 starts torch.distributed's rendezvous store (a TCP server) on "
+            f"MASTER_PORT, and {named} was already held by another process on this machine (errno 98, EADDRINUSE). "
+            "That is another job on the same node using the same port (29500 unless set), a process left over "
+            "from an earlier run, or a launch that starts more than one master (a scheduler running the launcher "
+            "once per rank)."
+        ),
+        evidence=evidence([e.line for e in scan.port_conflicts]),
+        line=scan.port_conflicts[0].line.number,
     )

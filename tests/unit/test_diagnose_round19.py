@@ -1,0 +1,46 @@
+"""Round 19 (2026-11-28, h-diag19): forms `diagnose` missed on fresh thread logs, checked here on wordings other
+than the fixtures' (tests/fixtures/logs/threads.yaml, `first_sight`)."""
+
+from __future__ import annotations
+
+from tests.unit.test_diagnose import diagnose
+
+
+def test_a_master_port_another_process_holds_is_its_own_cause() -> None:
+    """Six launches that failed on a master port already in use (Megatron-LM#343, accelerate#74, LlamaFactory#162,
+    VLM-R1#289, gpt-neox#849, kohya_ss#2498) read as unclassified or, by their distributed_c10d frames, as an NCCL
+    error. Here torch 2.x's DistNetworkError behind a rank prefix (`useIpv6: false`, another port), under torchrun's
+    failure summary: the port, named in the title and the fix, and a launch fix, not an NCCL one."""
+    log = (
+        "[W socket.cpp:464] [c10d] The server socket has failed to bind to [::]:29400 (errno: 98 - Address already in use).\n"
+        "[rank0]: Traceback (most recent call last):\n"
+        '[rank0]:   File "/opt/conda/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", line 1520, in init_process_group\n'
+        "[rank0]: torch.distributed.DistNetworkError: The server socket has failed to listen on any local network address. "
+        "port: 29400, useIpv6: false, code: -98, name: EADDRINUSE, message: address already in use\n"
+        "E0412 10:00:01.123000 140 torch/distributed/elastic/multiprocessing/api.py:869] failed (exitcode: 1) local_rank: 0 (pid: 77) of binary: /usr/bin/python\n"
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n"
+    )
+    report = diagnose(log.encode())
+    d = report.diagnosis
+    assert report.exit_code == 1
+    assert d.cause == "port_in_use" and "29400" in d.title and d.line == 1
+    assert report.fix is not None and report.fix.changes[0].old == 29400
+    assert "MASTER_PORT" in report.fix.changes[0].key
+    # accelerate's own check, another port
+    acc = "ConnectionError: Tried to launch distributed communication on port `29144`, but another process is utilizing it. Please specify a different port\n"
+    assert diagnose(acc.encode()).diagnosis.title == "Master port 29144 already in use"
+    # torch 1.x's bare TCPStore error behind a rank prefix: no port in the text
+    bare = "[rank3]: RuntimeError: Address already in use\n"
+    assert diagnose(bare.encode()).diagnosis.cause == "port_in_use"
+
+
+def test_ports_that_are_not_the_master_port_are_not_read_as_one() -> None:
+    """gloo's own transport ports, a web server's port and a privileged port (errno 13) are other failures."""
+    gloo = "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:176] bind: Address already in use\n"
+    flask = "Address already in use\nPort 5000 is in use by another program. Either identify and stop that program, or start the server with a different port.\nOSError: [Errno 98] Address already in use\n"
+    denied = (
+        "torch.distributed.DistNetworkError: The server socket has failed to listen on any local network address. "
+        "The server socket has failed to bind to [::]:98 (errno: 13 - Permission denied).\n"
+    )
+    for log in (gloo, flask, denied):
+        assert diagnose(log.encode()).diagnosis.cause != "port_in_use", log
