@@ -44,3 +44,48 @@ def test_ports_that_are_not_the_master_port_are_not_read_as_one() -> None:
     )
     for log in (gloo, flask, denied):
         assert diagnose(log.encode()).diagnosis.cause != "port_in_use", log
+
+
+def test_ranks_timing_out_at_different_collective_numbers_with_different_sizes_are_out_of_step() -> None:
+    """Qwen-VL-Series-Finetune#17 (mixed text-only and image batches) read as a plain collective timeout: rank 0's
+    watchdog at #959 in a 545M-element ALLREDUCE, ranks 1-5 at #963 in a 2,560-element one. A collective finishes
+    on all its ranks together, so ranks issuing the same calls time out at the same number. Here torch 2.4's
+    wording of an _ALLGATHER_BASE under ZeRO-3, three ranks ahead of one."""
+    line = (
+        "[rank{r}]:[E1102 10:11:12.000000000 ProcessGroupNCCL.cpp:632] [Rank {r}] Watchdog caught collective "
+        "operation timeout: WorkNCCL(SeqNum={seq}, OpType=_ALLGATHER_BASE, NumelIn={n}, NumelOut={m}, "
+        "Timeout(ms)=1800000) ran for 1800083 milliseconds before timing out.\n"
+    )
+    log = line.format(r=2, seq=4410, n=9437184, m=37748736) + "".join(
+        line.format(r=r, seq=4412, n=131072, m=524288) for r in (0, 1, 3)
+    )
+    d = diagnose(log.encode()).diagnosis
+    assert d.cause == "nccl_desync" and d.collective is not None
+    assert d.collective.seq == 4410 and d.collective.ranks == [0, 1, 2, 3]
+    # the same number everywhere (one slow rank's peers waiting) stays a timeout
+    same = "".join(line.format(r=r, seq=4410, n=131072, m=524288) for r in (0, 1, 3))
+    assert diagnose(same.encode()).diagnosis.cause == "nccl_timeout"
+    # different numbers of one size (another process group's counter) are no sign of other calls
+    groups = line.format(r=0, seq=4410, n=131072, m=524288) + line.format(r=1, seq=77, n=131072, m=524288)
+    assert diagnose(groups.encode()).diagnosis.cause == "nccl_timeout"
+
+
+def test_the_trainers_optimizer_and_scheduler_pairing_refusals_are_config_rejections() -> None:
+    """DeepSpeedExamples#600: transformers 4.30-4.33 refusing a DeepSpeed optimizer without a DeepSpeed scheduler
+    read as unclassified. Here accelerate's refusals of the same family, pasted without their ValueError: an
+    optimizer both in the config and in the code, a Dummy scheduler without the Dummy optimizer."""
+    both = (
+        "You cannot specify an optimizer in the config file and in the code at the same time. Please remove the "
+        "optimizer from the config file or create `accelerate.utils.DummyOptim` in the code.\n"
+    )
+    report = diagnose(both.encode())
+    assert report.diagnosis.cause == "config_rejected" and report.exit_code == 1
+    assert report.fix is not None and report.fix.changes[0].key == "optimizer"
+    assert "Remove the optimizer section" in report.fix.text
+    only = "ValueError: You can only specify `accelerate.utils.DummyScheduler` in the code when using `accelerate.utils.DummyOptim`.\n"
+    fix = diagnose(only.encode()).fix
+    assert diagnose(only.encode()).diagnosis.cause == "config_rejected" and fix is not None
+    assert fix.changes[0].key == "scheduler"
+    # a trainer's hint that merely starts with the same words is no refusal
+    hint = "You can disable this warning by setting `use_cache=False`.\n"
+    assert diagnose(hint.encode()).diagnosis.cause == "none"

@@ -123,6 +123,13 @@ def config_rejected(scan: Scan, offload_configured: bool) -> Diagnosis | None:
             f"A size the parallel layout must divide does not ({keys}): the run was refused at start-up, before "
             "any step (DeepSpeed's expert/tensor/pipeline groups, Megatron's layer split)."
         )
+    elif rej.model == config.OPTIMIZER_PAIRING:
+        text = (
+            "The trainer refused how the DeepSpeed config and the code share the optimizer and the scheduler "
+            f"({keys}): each comes from the config or from the code, and the trainer's stand-ins (accelerate's "
+            "DummyOptim/DummyScheduler) need the section they stand for; the transformers 4.30-4.33 Trainer also "
+            "refused a config optimizer without a config scheduler."
+        )
     elif rej.model == config.ZERO3_LOADING:
         text = (
             "transformers refused to load the model with low_cpu_mem_usage or a device_map while DeepSpeed ZeRO-3 "

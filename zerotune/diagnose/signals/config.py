@@ -291,6 +291,32 @@ value in `train_micro_batch_size_per_gpu`", 0.2x; "... dataloaders with `batch_s
 integer value", 1.x: kohya-ss/musubi-tuner#44), its opening did not."""
 
 
+_OPTIMIZER_PAIRING = re.compile(
+    r"Found `optimizer` configured in the DeepSpeed config, but no `scheduler`"
+    r"|You cannot (?:specify an? (optimizer|scheduler) in the config file and in the code"
+    r"|create a `Dummy(Optim|Scheduler)` without specifying)"
+    r"|You can only specify `accelerate\.utils\.DummyScheduler` in the code"
+)
+OPTIMIZER_PAIRING = "the optimizer/scheduler pairing"
+"""The trainer refusing how the DeepSpeed config and the code share the optimizer and the scheduler, before
+deepspeed.initialize: accelerate's `_prepare_deepspeed` (accelerate/accelerator.py) takes each from the config or
+from the code, never both ("You cannot specify an optimizer in the config file and in the code at the same time"),
+and its DummyOptim/DummyScheduler stand in only for a section the config has; transformers 4.30 to 4.33 refused a
+DeepSpeed optimizer with an HF scheduler ("Found `optimizer` configured in the DeepSpeed config, but no
+`scheduler`": huggingface/transformers#24359, where the maintainer confirms a later release accepts it; LMFlow
+PR 616's notes date the change to 4.30.0). The fix is in the config's optimizer and scheduler sections."""
+
+
+def _optimizer_pairing(hit: Hit) -> None:
+    m = _OPTIMIZER_PAIRING.search(hit.line.text)
+    if m is None or 'f"' in hit.line.text:
+        return
+    named = m.group(1) or (m.group(2) or "").lower().replace("optim", "optimizer")
+    key = named or "scheduler"
+    field = FieldError(key, hit.line.text.strip()[:200])
+    hit.scan.add(hit.scan.rejections, Rejection(hit.line, "assert", model=OPTIMIZER_PAIRING, fields=[field]))
+
+
 def _accelerate_ignored(hit: Hit) -> None:
     """accelerate's refusals: DeepSpeed keys in its own config next to a deepspeed_config_file (the list of keys
     possibly wrapped over the next lines), or no per-GPU micro-batch it can read."""
@@ -435,6 +461,7 @@ SIGNALS = (
             rb"ValueError",
             rb"`deepspeed_config_file`",  # accelerate's DeepSpeedPlugin refusal (its ValueError may be cut)
             rb"RuntimeError",
+            rb"You can",  # accelerate's optimizer/scheduler refusals, pasted without their ValueError
         ),
         (
             _pydantic,
@@ -443,6 +470,7 @@ SIGNALS = (
             _deepspeed_config_error,
             _fraction,
             _accelerate_ignored,
+            _optimizer_pairing,
             _loading_or_layout,
         ),
     ),

@@ -143,6 +143,24 @@ def split_collective(scan: Scan) -> tuple[int, list[CollectiveFailure]] | None:
     return None
 
 
+def skewed_collectives(scan: Scan) -> list[CollectiveFailure] | None:
+    """Ranks whose watchdogs timed out at different sequence numbers of the same op with different element
+    counts. Each rank's watchdog names the oldest collective it still waits in (ProcessGroupNCCL's workMetaList
+    is checked in issue order); a collective finishes on all its ranks together, so with the same calls on every
+    rank that oldest number is the same everywhere. Different numbers with different sizes mean the ranks did
+    not issue the same sequence: a rank behind, still in a large call the others matched with a smaller one
+    (2U1/Qwen-VL-Series-Finetune#17: rank 0 at #959 in a 545M-element ALLREDUCE, ranks 1-5 at #963 in a
+    2,560-element one, text-only batches skipping the vision tower)."""
+    calls = [c for c in scan.collectives if c.kind == "timeout" and c.seq is not None and c.op and c.numel]
+    for op in sorted({c.op for c in calls if c.op}):
+        same = [c for c in calls if c.op == op]
+        if len({c.seq for c in same}) > 1 and len({c.numel for c in same}) > 1:
+            by_seq = {c.seq: {x.numel for x in same if x.seq == c.seq} for c in same}
+            if all(not (a & b) for i, a in enumerate(by_seq.values()) for b in list(by_seq.values())[i + 1 :]):
+                return same
+    return None
+
+
 SIGNALS = (
     Signal(
         "collectives",
