@@ -89,3 +89,21 @@ def test_the_trainers_optimizer_and_scheduler_pairing_refusals_are_config_reject
     # a trainer's hint that merely starts with the same words is no refusal
     hint = "You can disable this warning by setting `use_cache=False`.\n"
     assert diagnose(hint.encode()).diagnosis.cause == "none"
+
+
+def test_an_nccl_system_error_points_at_the_containers_shared_memory() -> None:
+    """DEKR#18 and BELLE#136: ncclSystemError ("unhandled system error") from a container without --ipc=host got
+    the generic NCCL advice. Here torch 2.x's DistBackendError with NCCL 2.19's longer ncclSystemError text: the
+    class stays nccl_error, the fix names the failing call's usual place in a container."""
+    log = (
+        "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1970, "
+        "unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.19.3\n"
+        "ncclSystemError: System call (e.g. socket, malloc) or external library call failed or device error.\n"
+    )
+    report = diagnose(log.encode())
+    assert report.diagnosis.cause == "nccl_error"
+    assert report.fix is not None and "--ipc=host" in report.fix.text
+    # a CUDA error inside NCCL is no system call: no container advice
+    cuda = "RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1191, unhandled cuda error, NCCL version 2.14.3\n"
+    fix = diagnose(cuda.encode()).fix
+    assert fix is not None and "--ipc=host" not in fix.text

@@ -41,6 +41,12 @@ communicator exists: newer torch reports the same wait as the watchdog's timeout
 (rank 0 tokenising for 30 min: LlamaFactory#2424's ALLREDUCE SeqNum=2, Finetune-ChatGLM2-6B#13's
 store->get). Other errors there (`Connection reset by peer`, `Broken pipe`) say rank 0's store went away."""
 
+_SYSTEM_ERROR = re.compile(r"unhandled system error|ncclSystemError")
+"""NCCL's ncclSystemError: a system call NCCL made failed ("socket, malloc, munmap", newer NCCL "or external
+library call failed or device error"); NCCL_DEBUG=WARN names the call. Its shared-memory transport maps
+segments in /dev/shm, which a Docker container gets at 64 MB unless started with --ipc=host or --shm-size:
+HRNet/DEKR#18 and LianjiaTech/BELLE#136, each fixed by --ipc=host."""
+
 MAX_WARNINGS = 5
 """NCCL WARN lines kept (a few show what failed; they must not crowd timeouts out of the bounded list)."""
 
@@ -83,7 +89,17 @@ def _failure(hit: Hit) -> None:
             r"NCCL error|nccl\w+Error|NCCL communicator was aborted|DistNetworkError|Duplicate GPU detected", text
         )
     ):
-        detail = "shm" if shm else "ib_completion" if ib else "duplicate_gpu" if "Duplicate GPU detected" in text else None
+        detail = (
+            "shm"
+            if shm
+            else "ib_completion"
+            if ib
+            else "duplicate_gpu"
+            if "Duplicate GPU detected" in text
+            else "system"
+            if _SYSTEM_ERROR.search(text)
+            else None
+        )
         s.add(s.collectives, CollectiveFailure(hit.line, "error", rank=rank, detail=detail))
     elif "NCCL WARN" in text and sum(c.kind == "warn" for c in s.collectives) < MAX_WARNINGS:
         s.add(s.collectives, CollectiveFailure(hit.line, "warn", rank=rank))
