@@ -107,3 +107,36 @@ def test_an_nccl_system_error_points_at_the_containers_shared_memory() -> None:
     cuda = "RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1191, unhandled cuda error, NCCL version 2.14.3\n"
     fix = diagnose(cuda.encode()).fix
     assert fix is not None and "--ipc=host" not in fix.text
+
+
+def test_a_printed_config_with_non_finite_floats_is_read_and_gives_the_data_parallel_size() -> None:
+    """accelerate#910's healthy run: DeepSpeed's dump prints float("inf") as `inf` (its ScientificNotationEncoder
+    formats floats with f-strings), so the JSON failed and the precision came out fp32 from the engine lines, and
+    the world size stayed the assumed 1, which made the config's own batch identity a ZT101 error. Here `-inf`
+    and `nan` values and another batch triple: 48 = 6 x 2 x 4 ranks."""
+    log = (
+        "[2024-01-01 00:00:00,000] [INFO] [config.py:1009:print_user_config]   json = {\n"
+        '    "train_batch_size": 48, \n'
+        '    "train_micro_batch_size_per_gpu": 6, \n'
+        '    "gradient_accumulation_steps": 2, \n'
+        '    "steps_per_print": inf, \n'
+        '    "gradient_clipping": nan, \n'
+        '    "prescale_gradients": false, \n'
+        '    "bf16": {\n'
+        '        "enabled": true\n'
+        "    }, \n"
+        '    "zero_optimization": {\n'
+        '        "stage": 2, \n'
+        '        "reduce_bucket_size": -inf\n'
+        "    }\n"
+        "}\n"
+    )
+    report = diagnose(log.encode())
+    facts = {f.name: f for f in report.facts}
+    assert facts["precision (config)"].value == "bf16"
+    assert facts["world_size (used)"].value == 4 and "printed config" in facts["world_size (used)"].source
+    assert not [n for n in report.notes if "not JSON" in n]
+    assert not [x for x in report.lint if x.code in ("ZT003", "ZT101")]
+    # "auto" batch values (the Trainer fills them later) give no size
+    auto = log.replace('"train_batch_size": 48', '"train_batch_size": "auto"')
+    assert {f.name: f for f in diagnose(auto.encode()).facts}["world_size (used)"].value == 1

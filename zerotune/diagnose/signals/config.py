@@ -19,12 +19,22 @@ MAX_CONFIG_LINES = 4000
 # ---- the config dump ------------------------------------------------------------------------------------------
 
 
+_NON_FINITE = re.compile(r"(?<=[:\[,])(\s*)(-?)(inf|nan)(?=\s*[,\]}]|\s*$)", re.M)
+"""A float DeepSpeed's dump prints as Python does: its ScientificNotationEncoder writes a float above 1e3 as
+f"{o:e}" and others as f"{o}" (deepspeed/runtime/config_utils.py), so float("inf") comes out `inf`, which JSON
+lacks (accelerate's default "steps_per_print": inf, huggingface/accelerate#910). Read as JSON's Infinity/NaN."""
+
+
+def _finite_json(text: str) -> str:
+    return _NON_FINITE.sub(lambda m: m.group(1) + m.group(2) + ("Infinity" if m.group(3) == "inf" else "NaN"), text)
+
+
 def _config_done(scan: Scan, texts: list[str], depth: int) -> None:
     if depth > 0:
         scan.config_error = "the config dump did not close"
         return
     try:
-        value = json.loads("\n".join(texts))
+        value = json.loads(_finite_json("\n".join(texts)))
     except (ValueError, RecursionError) as exc:
         scan.config_error = f"the config dump is not JSON: {exc}"
         return
