@@ -44,6 +44,12 @@ def test_ports_that_are_not_the_master_port_are_not_read_as_one() -> None:
     )
     for log in (gloo, flask, denied):
         assert diagnose(log.encode()).diagnosis.cause != "port_in_use", log
+    # c10d's warning for one address while the other binds (socket.cpp tries IPv6, then IPv4): the run goes on
+    one = (
+        "[W socket.cpp:426] [c10d] The server socket has failed to bind to [::]:29500 (errno: 98 - Address already in use).\n"
+        "{'loss': 1.25, 'learning_rate': 2e-05, 'epoch': 0.1}\n"
+    )
+    assert diagnose(one.encode()).diagnosis.cause == "none"
 
 
 def test_ranks_timing_out_at_different_collective_numbers_with_different_sizes_are_out_of_step() -> None:

@@ -191,8 +191,9 @@ def client_optimizer(scan: Scan, offload_configured: bool) -> Diagnosis | None:
 
 
 def port_in_use(scan: Scan, offload_configured: bool) -> Diagnosis | None:
-    if not scan.port_conflicts:
-        return None
+    kinds = {e.kind for e in scan.port_conflicts}
+    if "in_use" not in kinds and not {"bind", "listen"} <= kinds:
+        return None  # an errno-98 warning for one address alone: the other may have bound
     port = next((e.value for e in scan.port_conflicts if e.value is not None), None)
     named = f"port {port}" if port is not None else "the master port"
     return Diagnosis(
