@@ -43,6 +43,7 @@ CAUSES: tuple[CauseRule, ...] = (
     CauseRule("op_build", ("build_errors",), setup.op_build),
     CauseRule("config_rejected", ("rejections",), setup.config_rejected),
     CauseRule("client_optimizer_offload", ("client_optimizer",), setup.client_optimizer),
+    CauseRule("port_in_use", ("port_conflicts",), setup.port_in_use),
     CauseRule("gpu_oom", ("ooms",), memory.gpu_oom),
     CauseRule("nvme_aio", ("aio_errors", "swap_refusals"), memory.nvme_aio),
     CauseRule("zero3_param", ("zero3_errors",), training.zero3_param),

@@ -1,6 +1,6 @@
 """Causes that stop a job before or as it starts: a DeepSpeed config rejected (pydantic, batch
 assertions, HF's mismatch check), incompatible library versions, a DeepSpeed op that does not build,
-ZeRO-Offload refusing a client optimizer."""
+ZeRO-Offload refusing a client optimizer, a master port another process holds."""
 
 from __future__ import annotations
 
@@ -123,6 +123,13 @@ def config_rejected(scan: Scan, offload_configured: bool) -> Diagnosis | None:
             f"A size the parallel layout must divide does not ({keys}): the run was refused at start-up, before "
             "any step (DeepSpeed's expert/tensor/pipeline groups, Megatron's layer split)."
         )
+    elif rej.model == config.OPTIMIZER_PAIRING:
+        text = (
+            "The trainer refused how the DeepSpeed config and the code share the optimizer and the scheduler "
+            f"({keys}): each comes from the config or from the code, and the trainer's stand-ins (accelerate's "
+            "DummyOptim/DummyScheduler) need the section they stand for; the transformers 4.30-4.33 Trainer also "
+            "refused a config optimizer without a config scheduler."
+        )
     elif rej.model == config.ZERO3_LOADING:
         text = (
             "transformers refused to load the model with low_cpu_mem_usage or a device_map while DeepSpeed ZeRO-3 "
@@ -180,4 +187,25 @@ def client_optimizer(scan: Scan, offload_configured: bool) -> Diagnosis | None:
         ),
         evidence=evidence(scan.client_optimizer),
         line=scan.client_optimizer[0].number,
+    )
+
+
+def port_in_use(scan: Scan, offload_configured: bool) -> Diagnosis | None:
+    kinds = {e.kind for e in scan.port_conflicts}
+    if "in_use" not in kinds and not {"bind", "listen"} <= kinds:
+        return None  # an errno-98 warning for one address alone: the other may have bound
+    port = next((e.value for e in scan.port_conflicts if e.value is not None), None)
+    named = f"port {port}" if port is not None else "the master port"
+    return Diagnosis(
+        cause="port_in_use",
+        title=f"Master {named} already in use",
+        explanation=(
+            f"The job stopped at start-up: rank 0 starts torch.distributed's rendezvous store (a TCP server) on "
+            f"MASTER_PORT, and {named} was already held by another process on this machine (errno 98, EADDRINUSE). "
+            "That is another job on the same node using the same port (29500 unless set), a process left over "
+            "from an earlier run, or a launch that starts more than one master (a scheduler running the launcher "
+            "once per rank)."
+        ),
+        evidence=evidence([e.line for e in scan.port_conflicts]),
+        line=scan.port_conflicts[0].line.number,
     )

@@ -19,12 +19,22 @@ MAX_CONFIG_LINES = 4000
 # ---- the config dump ------------------------------------------------------------------------------------------
 
 
+_NON_FINITE = re.compile(r"(?<=[:\[,])(\s*)(-?)(inf|nan)(?=\s*[,\]}]|\s*$)", re.M)
+"""A float DeepSpeed's dump prints as Python does: its ScientificNotationEncoder writes a float above 1e3 as
+f"{o:e}" and others as f"{o}" (deepspeed/runtime/config_utils.py), so float("inf") comes out `inf`, which JSON
+lacks (accelerate's default "steps_per_print": inf, huggingface/accelerate#910). Read as JSON's Infinity/NaN."""
+
+
+def _finite_json(text: str) -> str:
+    return _NON_FINITE.sub(lambda m: m.group(1) + m.group(2) + ("Infinity" if m.group(3) == "inf" else "NaN"), text)
+
+
 def _config_done(scan: Scan, texts: list[str], depth: int) -> None:
     if depth > 0:
         scan.config_error = "the config dump did not close"
         return
     try:
-        value = json.loads("\n".join(texts))
+        value = json.loads(_finite_json("\n".join(texts)))
     except (ValueError, RecursionError) as exc:
         scan.config_error = f"the config dump is not JSON: {exc}"
         return
@@ -291,6 +301,32 @@ value in `train_micro_batch_size_per_gpu`", 0.2x; "... dataloaders with `batch_s
 integer value", 1.x: kohya-ss/musubi-tuner#44), its opening did not."""
 
 
+_OPTIMIZER_PAIRING = re.compile(
+    r"Found `optimizer` configured in the DeepSpeed config, but no `scheduler`"
+    r"|You cannot (?:specify an? (optimizer|scheduler) in the config file and in the code"
+    r"|create a `Dummy(Optim|Scheduler)` without specifying)"
+    r"|You can only specify `accelerate\.utils\.DummyScheduler` in the code"
+)
+OPTIMIZER_PAIRING = "the optimizer/scheduler pairing"
+"""The trainer refusing how the DeepSpeed config and the code share the optimizer and the scheduler, before
+deepspeed.initialize: accelerate's `_prepare_deepspeed` (accelerate/accelerator.py) takes each from the config or
+from the code, never both ("You cannot specify an optimizer in the config file and in the code at the same time"),
+and its DummyOptim/DummyScheduler stand in only for a section the config has; transformers 4.30 to 4.33 refused a
+DeepSpeed optimizer with an HF scheduler ("Found `optimizer` configured in the DeepSpeed config, but no
+`scheduler`": huggingface/transformers#24359, where the maintainer confirms a later release accepts it; LMFlow
+PR 616's notes date the change to 4.30.0). The fix is in the config's optimizer and scheduler sections."""
+
+
+def _optimizer_pairing(hit: Hit) -> None:
+    m = _OPTIMIZER_PAIRING.search(hit.line.text)
+    if m is None or 'f"' in hit.line.text:
+        return
+    named = m.group(1) or (m.group(2) or "").lower().replace("optim", "optimizer")
+    key = named or "scheduler"
+    field = FieldError(key, hit.line.text.strip()[:200])
+    hit.scan.add(hit.scan.rejections, Rejection(hit.line, "assert", model=OPTIMIZER_PAIRING, fields=[field]))
+
+
 def _accelerate_ignored(hit: Hit) -> None:
     """accelerate's refusals: DeepSpeed keys in its own config next to a deepspeed_config_file (the list of keys
     possibly wrapped over the next lines), or no per-GPU micro-batch it can read."""
@@ -435,6 +471,7 @@ SIGNALS = (
             rb"ValueError",
             rb"`deepspeed_config_file`",  # accelerate's DeepSpeedPlugin refusal (its ValueError may be cut)
             rb"RuntimeError",
+            rb"You can",  # accelerate's optimizer/scheduler refusals, pasted without their ValueError
         ),
         (
             _pydantic,
@@ -443,6 +480,7 @@ SIGNALS = (
             _deepspeed_config_error,
             _fraction,
             _accelerate_ignored,
+            _optimizer_pairing,
             _loading_or_layout,
         ),
     ),
