@@ -14,6 +14,7 @@ from zerotune.diagnose.signals.config import (
     OPTIMIZER_PAIRING,
     PARALLEL_LAYOUT,
     ZERO3_LOADING,
+    ZERO_STAGE_FEATURE,
 )
 from zerotune.diagnose.signals.memory import unset_swapper
 
@@ -93,6 +94,20 @@ def config_rejected(d: Diagnosis, scan: Scan, job: Job) -> FixOut:
                 "with it.",
             )
         return unchecked([Change(key=key, old="as the code and config have it", new=new, reason=message[:200])], text)
+    if rej is not None and rej.model == ZERO_STAGE_FEATURE:
+        stage = rej.fields[0].value if rej.fields else None
+        return unchecked(
+            [
+                Change(
+                    key="zero_optimization.stage",
+                    old="another stage",
+                    new=int(stage) if stage and stage.isdigit() else f"stage {stage or 'the message names'}",
+                    reason=(rej.fields[0].message if rej.fields else "a feature of one ZeRO stage")[:200],
+                )
+            ],
+            "Or turn the feature off at this stage (for transformers' ZeRO inference: evaluate or predict without "
+            "DeepSpeed, or with the stage-3 config).",
+        )
     if rej is not None and rej.model == ZERO3_LOADING:
         return unchecked(
             [

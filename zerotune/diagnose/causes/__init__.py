@@ -59,7 +59,10 @@ CAUSES: tuple[CauseRule, ...] = (
     CauseRule("slow", ("nccl_transport",), collectives.socket_transport, consequence=True),
     CauseRule("slow", ("cache_flushes",), memory.cache_flushes, consequence=True),
     CauseRule("fp16_overflow", ("fp16",), training.fp16_overflow_seen, consequence=True),
-    *(CauseRule(cause, ("frame_causes",), stopped.located(cause), fallback=True) for cause in stopped.LOCATED_TEXT),
+    *(
+        CauseRule(cause, ("frame_causes", "last_frame"), stopped.located(cause), fallback=True)
+        for cause in stopped.LOCATED_TEXT
+    ),
     CauseRule("op_build", ("old_compiler",), stopped.old_compiler, fallback=True),
     CauseRule("nccl_error", ("collectives",), collectives.nccl_warned, fallback=True),
     CauseRule(

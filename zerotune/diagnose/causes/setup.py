@@ -73,6 +73,11 @@ def version_mismatch(scan: Scan, offload_configured: bool) -> Diagnosis | None:
             "a module) that the installed release of another does not have. Align the versions the message "
             "names (the releases the training framework pins)."
         )
+    if any("initialize your accelerator" in line.text for line in scan.version_errors):
+        text += (
+            " accelerate refused a state built outside an Accelerator(): the trainer (transformers, trl) of another "
+            "release than the installed accelerate, or a script using accelerate before creating its Accelerator."
+        )
     versions = ", ".join(
         f"{name.replace('_version', '')} {scan.facts[name].value}"
         for name in ("deepspeed_version", "torch_version", "cuda_version", "transformers_version")
@@ -129,6 +134,13 @@ def config_rejected(scan: Scan, offload_configured: bool) -> Diagnosis | None:
             f"({keys}): each comes from the config or from the code, and the trainer's stand-ins (accelerate's "
             "DummyOptim/DummyScheduler) need the section they stand for; the transformers 4.30-4.33 Trainer also "
             "refused a config optimizer without a config scheduler."
+        )
+    elif rej.model == config.ZERO_STAGE_FEATURE:
+        stage = rej.fields[0].value if rej.fields else None
+        text = (
+            f"The run asked for a feature that works only at ZeRO stage {stage or 'another stage'}, and the config "
+            "sets another stage: the check refused it before training (DeepSpeed's own config checks, or transformers' "
+            "ZeRO inference, which evaluates and predicts through DeepSpeed only under stage 3)."
         )
     elif rej.model == config.ZERO3_LOADING:
         text = (
