@@ -11,6 +11,8 @@ Terms (bytes of one rank; e = model dtype, Ψ parameters, part = ⌈Ψ/N_d⌉, R
 
 - S, the steady state between steps: parameters, fp32 master partition, optimizer moments, and at
   stage 3 the gradient partition buffer (`grad_partitions_flat_buffer`) and the contiguous bucket;
+- the start of backward (`backward_start`): autograd's first nodes one at a time, the loss's buffers,
+  then the head's weight gradient, then the recomputed last block, never the three together;
 - stage 0 (deepspeed/runtime/engine.py `allreduce_gradients` -> `buffered_allreduce_fallback` ->
   `allreduce_bucket`): after autograd, all Ψ gradients plus a flattened copy of ≤ 5e8 elements of them;
 - stage 1/2 (runtime/zero/stage_1_and_2.py): `setup_buckets` allocates the R-element bucket (two
@@ -282,6 +284,23 @@ def activations_left(walk: tuple[tuple[int, int], ...], reduced: int) -> tuple[i
     return left, 0
 
 
+def backward_start(s: StepInputs, live: tuple[Term, ...]) -> tuple[Phase, ...]:
+    """The first nodes of backward, one at a time (memory_facts.ActivationPhases): the loss's backward
+    (the activation peak), the head's (its weight gradient, the first parameter gradient, next to the
+    gradient of the logits) and, with checkpointing, the last block re-materialised while that
+    gradient waits in its bucket. `live`: what else is live throughout."""
+    grad = _t("first gradient", GRADS, s.largest_tensor * s.elem)
+    phases = [
+        Phase("start of backward", "backward", live + (_t("activations", ACTIVATIONS, s.acts.backward),)),
+        Phase("head backward (weight gradient)", "backward", live + (_t("activations", ACTIVATIONS, s.acts.head), grad)),
+    ]
+    if s.acts.recompute:
+        phases.append(
+            Phase("last block recomputed", "backward", live + (_t("activations", ACTIVATIONS, s.acts.recompute), grad))
+        )
+    return tuple(phases)
+
+
 @lru_cache(maxsize=8192)
 def timeline_below_stage3(s: StepInputs) -> tuple[Phase, ...]:
     """Phases of a stage 0/1/2 step (module docstring)."""
@@ -308,12 +327,7 @@ def _device_phases(s: StepInputs) -> tuple[Phase, ...]:
             # `setup_buckets`); only the boundary's epilogue releases it (`_release_ipg_buffers`)
             carried += (_t("reduce bucket set up by the first micro-step", BUFFERS, buffers * e),)
     fwd = Phase("end of forward", "forward", base + carried + (_t("activations", ACTIVATIONS, s.acts.forward),))
-    start = Phase(
-        "start of backward",
-        "backward",
-        base + carried + (_t("activations", ACTIVATIONS, s.acts.backward), _t("first gradient", GRADS, s.largest_tensor * e)),
-    )
-    phases = [Phase("after init", "init", init), fwd, start]
+    phases = [Phase("after init", "init", init), fwd, *backward_start(s, base + carried)]
     if s.stage == 1 and s.grad_accum_width > e == 2 and not s.offload:
         return _bf16_optimizer(s, phases)
     if s.stage < 2:
