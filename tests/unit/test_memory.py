@@ -652,3 +652,23 @@ def test_stage1_fp32_grad_accum_runs_bf16_optimizer_with_full_fp32_gradients() -
     # gradient accumulator from init on, in place of buckets and grads_in_partition
     assert est.phase("after step").total == 2 * psi + 12 * part + 4 * psi + WORKSPACES
     assert est.phase("after init").total == 2 * psi + 4 * part + 4 * psi
+
+
+@pytest.mark.parametrize("stage", [1, 3])
+def test_a_loop_that_keeps_the_outputs_holds_the_logits_from_the_first_forward_on(stage: int) -> None:
+    """`outputs = model(...)` kept through backward and step (tohtana/bench_deep_compile run_acc_lm.py,
+    tohtana/ds_verify_loss verify_loss.py) holds one copy of the logits from the first forward on:
+    fp32 with transformers < 4.46 (the causal-LM forward upcast them), the model's dtype from 4.46 on.
+    Those sources' own after-step memory_allocated exceeds the steady state by exactly that (4 B per
+    logit for Llama-3's 128,256 at 512-4096 tokens; data/published/runs.yaml dc-repo-*). HF Trainer
+    drops it (compute_loss returns the loss): nothing."""
+    s, b, v = 2048, 2, 32000
+    w = Workload(seq_len=s, micro_batch=b, gpus_per_node=8)
+    plain = estimate_memory(LLAMA_7B, w, _zero(stage))
+    for held, width in (("fp32", 4), ("model", 2)):
+        est = estimate_memory(LLAMA_7B, w.model_copy(update={"logits_held": held}), _zero(stage))
+        assert [p.name for p in est.timeline] == [p.name for p in plain.timeline]
+        extra = [p.total - q.total for p, q in zip(est.timeline, plain.timeline, strict=True)]
+        assert extra[0] == 0  # after init: no forward has run
+        assert set(extra[1:]) == {s * b * v * width}
+    assert Workload().logits_held == "none"

@@ -159,6 +159,8 @@ class StepInputs(NamedTuple):
     """the torch optimizer runs torch's multi-tensor (foreach) implementation (`optimizer_temporaries`)"""
     blas_workspaces: int = 0
     """bytes of the cuBLAS workspaces live from the first forward on (CUDA ranks; `cublas_workspace_bytes`)"""
+    held_logits: int = 0
+    """bytes of the logits the training loop keeps from the first forward on (Workload.logits_held)"""
 
 
 def with_host(s: StepInputs, phases: tuple[Phase, ...]) -> tuple[Phase, ...]:
@@ -196,12 +198,12 @@ def steady(s: StepInputs) -> tuple[Term, ...]:
     # the device-side staging buffer of the largest parameter, made at init
     # (stage_1_and_2.py __init__ `temp_grad_buffer_for_gpu_offload`)
     staging = s.largest_tensor * s.elem if s.offload and s.stage in (1, 2) else None
-    return _steady(s.params, staging, s.master, s.moments, s.blas_workspaces)
+    return _steady(s.params, staging, s.master, s.moments, s.blas_workspaces, s.held_logits)
 
 
 @lru_cache(maxsize=4096)
-def _steady(params: int, staging: int | None, master: int, moments: int, blas: int) -> tuple[Term, ...]:
-    """`steady` on the five numbers it reads: the search's thousands of timelines share a few steady
+def _steady(params: int, staging: int | None, master: int, moments: int, blas: int, held: int = 0) -> tuple[Term, ...]:
+    """`steady` on the numbers it reads: the search's thousands of timelines share a few steady
     states (the knobs it varies move the step's transient terms, not these)."""
     terms = [_t("parameters", PARAMS, params)]
     if staging is not None:
@@ -212,6 +214,11 @@ def _steady(params: int, staging: int | None, master: int, moments: int, blas: i
         terms.append(_t("optimizer moments", OPTIMIZER, moments))
     if blas:
         terms.append(_t(BLAS_WORKSPACES, OVERHEAD, blas))
+    if held:
+        # A loop that keeps `outputs` holds the last forward's logits through its backward and step,
+        # and into the next forward until the model returns the new ones: live at every phase from
+        # the first forward on, as one copy (the new logits replace the old only when assigned).
+        terms.append(_t(HELD_LOGITS, ACTIVATIONS, held))
     return tuple(terms)
 
 
@@ -219,11 +226,12 @@ def before_first_step(base: tuple[Term, ...], *, keep_moments: bool = False) -> 
     """What of the steady state `deepspeed.initialize` has made: no matmul has run yet (no cuBLAS
     workspace), and the optimizer makes its moments at its first step unless `keep_moments` (the
     16-bit wrappers that initialise them at init)."""
-    gone = (BLAS_WORKSPACES,) if keep_moments else (BLAS_WORKSPACES, "optimizer moments")
+    gone = (BLAS_WORKSPACES, HELD_LOGITS) if keep_moments else (BLAS_WORKSPACES, HELD_LOGITS, "optimizer moments")
     return tuple(t for t in base if t.label not in gone)
 
 
 BLAS_WORKSPACES = "cuBLAS workspaces"
+HELD_LOGITS = "logits the training loop keeps"
 
 CUBLAS_WORKSPACES = 2
 """Threads that run matmuls in a training step: the Python thread (forward) and the autograd engine's
