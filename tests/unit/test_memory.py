@@ -672,3 +672,19 @@ def test_a_loop_that_keeps_the_outputs_holds_the_logits_from_the_first_forward_o
         assert extra[0] == 0  # after init: no forward has run
         assert set(extra[1:]) == {s * b * v * width}
     assert Workload().logits_held == "none"
+
+
+def test_stage3_on_one_rank_gathers_nothing_but_offloaded_partitions() -> None:
+    """With one data-parallel rank the partition is the whole parameter: DeepSpeed 0.19.8
+    `all_gather_coalesced` returns `_no_gather_coalesced` (partition_parameters.py:1559) and
+    NoGatherHandle points param.data at the partition itself, so no gathered copy and no all-gather
+    buffer exists; a partition offloaded to the host is still copied to the GPU."""
+    w = Workload(gpus_per_node=1, seq_len=512)
+    one = estimate_memory(LLAMA_7B, w, _zero(3))
+    assert all(p.terms_named("gathered parameters") == 0 for p in one.timeline)
+    assert "start of forward (all-gathers in flight)" not in {p.name for p in one.timeline}
+    assert one.phase("after step").by_kind("params") == LLAMA_7B.params * 2  # the partition: the whole model
+    offloaded = estimate_memory(LLAMA_7B, w, _zero(3, "cpu", "cpu"))
+    assert offloaded.phase("end of forward (gathered)").terms_named("gathered parameters") > 0
+    two = estimate_memory(LLAMA_7B, w.model_copy(update={"gpus_per_node": 2}), _zero(3))
+    assert two.phase("end of forward (gathered)").terms_named("gathered parameters") > 0

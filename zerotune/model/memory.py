@@ -235,7 +235,13 @@ def estimate_memory(
     par_dev = zero.offload_param.device if stage == 3 else "none"
     sb = config_state_bytes(workload, zero, offload=opt_dev != "none")
     persistent = gathered = kept = in_flight = 0
-    if stage == 3:
+    # One data-parallel rank holds every parameter whole as its partition: ZeRO-3 then gathers nothing,
+    # `all_gather_coalesced` hands out the partition itself (DeepSpeed 0.19.8 partition_parameters.py:1559
+    # `_no_gather_coalesced` when every partition group has one rank; NoGatherHandle, :74, points
+    # `param.data` at `ds_tensor.data.to(device)`, the same tensor while it is on the GPU). Offloaded
+    # partitions are still copied to the GPU.
+    gathers = n_d > 1 or (zero.offload_param.device if stage == 3 else "none") != "none"
+    if stage == 3 and gathers:
         persistent = persistent_of(facts, zero.param_persistence_threshold, zero.model_persistence_threshold)
         kept = reuse_kept_elements(
             facts,
