@@ -688,3 +688,21 @@ def test_stage3_on_one_rank_gathers_nothing_but_offloaded_partitions() -> None:
     assert offloaded.phase("end of forward (gathered)").terms_named("gathered parameters") > 0
     two = estimate_memory(LLAMA_7B, w.model_copy(update={"gpus_per_node": 2}), _zero(3))
     assert two.phase("end of forward (gathered)").terms_named("gathered parameters") > 0
+
+
+def test_stage3_reduces_a_gradient_larger_than_the_bucket_alone_through_a_copy_of_its_size() -> None:
+    """DeepSpeed 0.19.8 stage3.py:1626 copies a gradient into the contiguous bucket only while it fits
+    reduce_bucket_size; a larger one (HF's "auto" bucket is hidden^2, 16.8M for a 4096-wide model, below
+    its 131M-element head) stays its own tensor and is reduce-scattered alone through a flattened copy
+    of its size. The default 5e8 bucket holds llama-7b's head: no such flush."""
+    w = Workload(gpus_per_node=8)
+    names = lambda est: {p.name for p in est.timeline}  # noqa: E731
+    phase = "flush of a gradient larger than the bucket"
+    assert phase not in names(estimate_memory(LLAMA_7B, w, _zero(3)))
+    est = estimate_memory(LLAMA_7B, w, _zero(3, reduce_bucket_size=4096 * 4096))
+    flush = est.phase(phase)
+    head = LLAMA_7B.largest_tensor * 2
+    assert flush.terms_named("gradient larger than the bucket") == head
+    assert flush.terms_named("flattened gradient (reduce-scatter)") == head
+    checkpoints = 32 * 2 * 2048 * 4096
+    assert flush.by_kind("activations") == checkpoints  # after the head's backward, before any block's

@@ -201,6 +201,9 @@ class ActivationPhases:
     walk: tuple[tuple[int, int], ...]
     head: int = 0
     recompute: int = 0
+    after_head: int = 0
+    """once the head's backward is done, before any block's: the checkpoints (or every block's
+    activations), the head's own freed"""
 
 
 def head_freed(cross_entropy: str, elem_bytes: int) -> int:
@@ -279,6 +282,7 @@ def activation_phases(
         walk=tuple(walk),
         head=max(loss - freed, 0),
         recompute=blocks if recompute else 0,
+        after_head=blocks - recompute,
     )
 
 

@@ -114,6 +114,28 @@ def timeline_stage3(s: StepInputs) -> tuple[Phase, ...]:
     if not s.contiguous:
         flush += (Term("bucket gradients", GRADS, fill * e),)
     reduce = Phase("bucket flush (reduce-scatter)", "backward", base + flush)
+    # A gradient larger than the bucket is never copied into it (stage3.py:1626 copies only while the
+    # bucket's elements plus the gradient's fit reduce_bucket_size): it stays its own tensor and the
+    # next gradient's hook reduce-scatters it alone (stage3.py:1583), through a flattened copy of its
+    # size. The largest tensor is the head (or embedding), reduced right after the head's backward,
+    # which has released the head's parameters: what else is gathered then, or one prefetch bucket
+    # issued by the next module's fetch.
+    oversized = ()
+    if s.contiguous and s.largest_tensor > s.bucket:
+        big = s.largest_tensor
+        oversized = (
+            Phase(
+                "flush of a gradient larger than the bucket",
+                "backward",
+                base
+                + (
+                    Term("gradient larger than the bucket", GRADS, big * e),
+                    Term("flattened gradient (reduce-scatter)", BUFFERS, big * s.comm_elem * (2 if s.gloo else 1)),
+                    Term("gathered parameters", PARAMS, max(s.gathered_bytes - big * e, min(s.prefetch_bytes, ahead))),
+                    Term("activations", ACTIVATIONS, s.acts.after_head),
+                ),
+            ),
+        )
     if s.offload:
         step = Phase("optimizer step", "step", base)
     else:
@@ -133,6 +155,7 @@ def timeline_stage3(s: StepInputs) -> tuple[Phase, ...]:
         *((first_fetch,) if s.in_flight_bytes else ()),
         fwd,
         *backward_start(s, base + (gathered,)),
+        *oversized,
         reduce,
         Phase("end of backward", "backward", base),
         step,
