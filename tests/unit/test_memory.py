@@ -706,3 +706,14 @@ def test_stage3_reduces_a_gradient_larger_than_the_bucket_alone_through_a_copy_o
     assert flush.terms_named("flattened gradient (reduce-scatter)") == head
     checkpoints = 32 * 2 * 2048 * 4096
     assert flush.by_kind("activations") == checkpoints  # after the head's backward, before any block's
+
+
+def test_a_routed_mlp_keeps_each_dispatched_input_and_expert_output() -> None:
+    """transformers' MixtralSparseMoeBlock: `hidden_states[None, top_x]` copies each token's input for
+    every expert it is routed to, and `expert_layer(current_state) * routing_weights[...]` saves the
+    expert's output: k inputs and k outputs per token where a dense MLP keeps one input, on top of k
+    experts' intermediates."""
+    s, b, h, f, k = 1024, 1, 4096, 14336, 2
+    dense = layer_activation_bytes(s, b, h, 32, kv_heads=8, ffn=f, gated=True)
+    routed = layer_activation_bytes(s, b, h, 32, kv_heads=8, ffn=f, gated=True, experts_per_token=k)
+    assert routed - dense == (k - 1) * 4 * 2 * s * b * f + (2 * k - 1) * 2 * s * b * h
