@@ -19,7 +19,8 @@ their term-by-term accounting and generalises it to today's models:
   2·E·s·b·f; gated (SwiGLU/GeGLU, Llama-style `down(act(gate(x)) * up(x))`) stores gate, up,
   act(gate) and their product, 4·E·s·b·f; a fused SwiGLU kernel (Liger `LigerSiLUMulFunction`)
   saves only gate and up and recomputes act(gate) in backward, 3·E·s·b·f with the product that
-  down_proj keeps. MoE: each token runs `experts_per_token` MLPs.
+  down_proj keeps. MoE: each token runs `experts_per_token` MLPs, and the routing keeps each
+  dispatched input copy and each expert's output (weighted by its routing probability).
 - Dropout masks (1 byte per element) only with `dropout=True`; most LLM recipes disable dropout.
 - E is the activation dtype's size: 2 for bf16/fp16, 4 for fp32.
 
@@ -168,6 +169,13 @@ def layer_activation_bytes(
     tensors = (3 if fused_swiglu else 4) if gated else 2
     intermediate = tensors * e * seq * micro * f * experts_per_token
     mlp = 2 * e * sbh + intermediate + mask * sbh
+    if experts_per_token > 1:
+        # a routed MLP keeps, per token and expert it is sent to, the dispatched copy of its input
+        # (`hidden_states[None, top_x]`, an index that copies) and the expert's output, which the
+        # routing-weight multiply saves (`expert_layer(current_state) * routing_weights[...]`,
+        # transformers MixtralSparseMoeBlock.forward): k inputs and k outputs where a dense MLP keeps
+        # its one input
+        mlp += (2 * experts_per_token - 1) * e * sbh
     extra = 0
     if plain_rmsnorm:
         extra += 2 * RMSNORM_EXTRA_BYTES * sbh
