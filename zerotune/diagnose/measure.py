@@ -14,7 +14,8 @@ Step time, in order of trust:
 2. DeepSpeed's ThroughputTimer CurrSamplesPerSec (train batch / the step's elapsed time), or before 0.6
    its SamplesPerSec (the running mean since the timer's start step: deepspeed/utils/timer.py
    avg_samples_per_sec at 0.5);
-3. tqdm's seconds per iteration (HF Trainer: one iteration is one optimizer step);
+3. tqdm's bar (HF Trainer: one iteration is one optimizer step): its elapsed clock over the iterations
+   (_tqdm_step), its printed rate only when the clock gives nothing;
 4. HF Trainer's final train_runtime / steps (includes start-up, evaluation and saving: the least exact).
 """
 
@@ -116,9 +117,7 @@ def from_scan(scan: Scan) -> Measured:
         field_read = "SamplesPerSec (running mean, DeepSpeed < 0.6)" if old else "CurrSamplesPerSec"
         samples = Figure(samples.value, f"{samples.source}: DeepSpeed {field_read}")
     if step is None and samples is None:
-        per_it = _median(scan, "s_per_it")
-        if per_it is not None:
-            step = Figure(per_it.value, f"{per_it.source}: tqdm s/it")
+        step = _tqdm_step(scan)
     if scan.cache_flushes and (step is not None or samples is not None):
         count = f"{scan.cache_flush_count} " if scan.cache_flush_count else ""
         notes.append(
@@ -146,14 +145,80 @@ def from_scan(scan: Scan) -> Measured:
     )
 
 
+CONSTRUCTION_REPORTS = re.compile(
+    r"initiali[sz]|creating fp(?:16|32) partitions|param group|DeepSpeed Engine: (?:Before|After)|bf16_ ?optimizer"
+    r"|converting and partitioning params|Building Model",
+    re.I,
+)
+"""see_memory_usage labels printed while the engine and its optimizer are built, before any step (DeepSpeed
+0.19.8: runtime/engine.py:605-632 `DeepSpeed Engine: After args sanity test` / `Before|After configure
+distributed model`; zero/stage3.py:212-773 `Stage 3 initialize beginning`, `Before|After creating
+fp16|fp32 partitions`, `Before|After initializing optimizer states`, `After initializing ZeRO optimizer`;
+zero/stage_1_and_2.py:456-741 `... param group {i} ...` and the same initializing labels;
+bf16_optimizer.py:54-227 `begin|end bf16_optimizer`, `before|after initializing group {i}`;
+zero/parameter_offload.py:160,234 `DeepSpeedZeRoOffload initialize [begin|end]`;
+zero/partition_parameters.py:1235-1252 `... converting and partitioning params ...`), and Megatron's
+`Before Building Model` (tests/fixtures/logs/measure/bigscience356*). see_memory_usage resets the peak
+counter after each report (runtime/utils.py:848-849), so such a report's Max_MA is the peak of building
+the engine (ZeRO-3 gathering whole weights before partitioning them: 55.83 GiB in DeepSpeed issue 2899),
+not of a training step, which is what the memory model estimates: it is not read as the run's peak."""
+
+
+TQDM_WINDOW_S = 20.0
+"""Seconds of tqdm's elapsed clock per measured window: the clock shows whole seconds, so a window this long
+is within 5% (one second of rounding in 20)."""
+
+
+def _tqdm_step(scan: Scan) -> Figure | None:
+    """Seconds per iteration from tqdm's bar: the median over windows of its elapsed clock (at least
+    TQDM_WINDOW_S, from the first iteration's end on: the first one carries the start-up), each bar
+    count taken where it first shows (a bar re-printed for a postfix or another line is no new
+    iteration; a count that goes back is another bar). tqdm's printed rate is a moving average that
+    still carries the slow first steps (PickScore issue 9: 23.44 then 12.13 s/it for 4-6 s steps) and
+    lags a run that slows down (ms-swift issue 8096: 65-71 s/it while the steps took 73-74 s); it is read
+    only when the clock gives no window (one bar, or bars within one second)."""
+    counts, clock = scan.series.get("tqdm_n") or [], scan.series.get("tqdm_elapsed_s") or []
+    windows: list[float] = []
+    anchor: tuple[float, float] | None = None
+    last = anchor
+    for n, elapsed in zip(counts, clock, strict=False):
+        if last is not None and (n < last[0] or elapsed < last[1]):
+            anchor = last = None  # another bar (evaluation, a new epoch's bar)
+        if n < 1 or (last is not None and n == last[0]):
+            continue
+        last = (n, elapsed)
+        if anchor is None:
+            anchor = last
+        elif elapsed - anchor[1] >= TQDM_WINDOW_S:
+            windows.append((elapsed - anchor[1]) / (n - anchor[0]))
+            anchor = last
+    if not windows and anchor is not None and last is not None and last[0] > anchor[0] and last[1] > anchor[1]:
+        windows.append((last[1] - anchor[1]) / (last[0] - anchor[0]))  # one short window: better than the rate
+    lines = scan.series_lines.get("tqdm_n")
+    if windows and lines:
+        return Figure(
+            statistics.median(windows),
+            f"log:{lines[0].number}-{lines[1].number}: tqdm's elapsed clock"
+            + (f" ({len(windows)} windows, median)" if len(windows) > 1 else ""),
+        )
+    per_it = _median(scan, "s_per_it")
+    return Figure(per_it.value, f"{per_it.source}: tqdm s/it") if per_it is not None else None
+
+
 def _peak(scan: Scan) -> tuple[Figure | None, str]:
     """The highest allocated peak the log prints (ThroughputTimer's MaxMemAllocated, see_memory_usage's
-    Max_MA), else nvidia-smi's highest used memory."""
+    Max_MA of the steps, not of building the engine: CONSTRUCTION_REPORTS, nor an unlabelled report
+    (its label line cut off) before the log's first per-step figure), else nvidia-smi's highest used memory."""
     best: Figure | None = None
     fact = scan.facts.get("max_mem_allocated_gb")
     if fact is not None:
         best = Figure(float(fact.value) * GiB, f"log:{fact.line.number}: MaxMemAllocated")  # type: ignore[arg-type]
+    firsts = [lines[0].number for lines in scan.series_lines.values() if lines]
+    first_step = min(firsts) if firsts else None
     for report in scan.memory_reports:
+        unlabelled_before_steps = not report.label and (first_step is None or report.line.number < first_step)
+        if CONSTRUCTION_REPORTS.search(report.label) or unlabelled_before_steps:
+            continue  # building the engine, or a report whose label the log cut before any step: not a step's peak
         if best is None or report.max_ma_gb * GiB > best.value:
             best = Figure(report.max_ma_gb * GiB, f"log:{report.line.number}: see_memory_usage Max_MA")
     if best is not None and best.value > 0:

@@ -18,8 +18,12 @@ Who prints each line, at DeepSpeed 0.19.8 / transformers 4.x:
   steps_per_print optimizer steps; CurrSamplesPerSec = train batch size / that step's elapsed time.
   Releases before 0.6 print `0/40, SamplesPerSec=83.48, MemAllocated=..` (DeepSpeed issue 1825).
 - `{'train_runtime': 225.8, 'train_samples_per_second': 3.543, 'train_steps_per_second': 0.886, ...}`:
-  transformers' Trainer.train (its `speed_metrics`, trainer_utils.py) once at the end; tqdm's bar
-  `200/200 [03:45<00:00,  1.13s/it]` once per optimizer step.
+  transformers' Trainer.train (its `speed_metrics`, trainer_utils.py) once at the end, the values quoted
+  (`'train_steps_per_second': '0.185'`) where the caller formats them as strings (LLaMA-Factory, ms-swift);
+  then `Trainer.log_metrics` (trainer_pt_utils.py) prints the same figures one a line,
+  `  train_steps_per_second   =      0.185`, the runtime as a timedelta (`_secs2timedelta`:
+  `0:36:58.55`, `1 day, 2:03:04.56`); tqdm's bar `200/200 [03:45<00:00,  1.13s/it]` once per
+  optimizer step.
 - nvidia-smi's table: `|  40536MiB / 81920MiB |` per GPU (memory used / total).
 
 They come once per step per rank, so they are read in bulk per block (findall), not one by one. A number
@@ -50,7 +54,7 @@ _BREAKDOWN_NAMES = {
 }
 _THROUGHPUT = (
     re.compile(rb"CurrSamplesPerSec=(\d+(?:\.\d+)?)"),  # DeepSpeed >= 0.6 timer line
-    re.compile(rb"'train_samples_per_second': (\d+(?:\.\d+)?)"),  # HF Trainer's final metrics
+    re.compile(rb"'train_samples_per_second': '?(\d+(?:\.\d+)?)"),  # HF Trainer's final metrics
 )
 _THROUGHPUT_OLD = re.compile(rb"SamplesPerSec=(\d+(?:\.\d+)?)")  # older DeepSpeed: no Curr/RunningAvg
 _MAXMEM = re.compile(rb"MaxMemAllocated=(\d+(?:\.\d+)?)GB")
@@ -58,21 +62,44 @@ _MAXMEM = re.compile(rb"MaxMemAllocated=(\d+(?:\.\d+)?)GB")
 
 _TQDM = re.compile(rb"\[[\d:]+<[\d:?]+, +(\d+(?:\.\d+)?)(s/it|it/s)")  # starts with a literal: a fast scan
 """tqdm's bar: `12/200 [00:30<07:50,  2.50s/it]` (or `it/s` when faster than one a second)."""
+_TQDM_ELAPSED = re.compile(rb"(\d+)/\d+ \[(\d+(?::\d\d){1,2})<[\d:?]+, +\d+(?:\.\d+)?(?:s/it|it/s)")
+"""tqdm's count and elapsed time, `5/3527 [04:17<63:50:18, 65.25s/it` (a bar with its rate: a bar
+quoted in prose, `[00:05<00:05, ...s/it]`, is no figure): its rate is a smoothed one (an exponential moving
+average, tqdm's smoothing=0.3), its elapsed time the wall clock since the bar started (tqdm
+format_interval: [H:]MM:SS, whole seconds); zerotune.diagnose.measure reads steps from the elapsed time."""
 _HF_FINAL = {
-    "train_runtime_s": re.compile(rb"'train_runtime': (\d+(?:\.\d+)?)"),
-    "train_steps_per_s": re.compile(rb"'train_steps_per_second': (\d+(?:\.\d+)?)"),
-    "train_samples_per_s": re.compile(rb"'train_samples_per_second': (\d+(?:\.\d+)?)"),
+    name: re.compile(rb"'" + key + rb"': '?(\d+(?:\.\d+)?)|^[ \t]*" + key + rb" +=[ \t]+" + value + rb"[ \t]*\r?$", re.M)
+    for name, key, value in (
+        ("train_runtime_s", rb"train_runtime", rb"(?:(\d+) days?, )?(\d+):(\d\d):(\d\d(?:\.\d+)?)"),
+        ("train_steps_per_s", rb"train_steps_per_second", rb"(\d+(?:\.\d+)?)"),
+        ("train_samples_per_s", rb"train_samples_per_second", rb"(\d+(?:\.\d+)?)"),
+    )
 }
+"""HF's final figures in the metrics dict (a number, or a quoted one) or in log_metrics' block (the
+runtime there as [D day(s), ]H:MM:SS.cc)."""
+
+
+def _hf_value(m: re.Match[bytes]) -> float:
+    """The figure of one _HF_FINAL match: the dict's number, or the block's (a runtime in seconds)."""
+    groups = [g for g in m.groups()]
+    if groups[0] is not None:
+        return float(groups[0])
+    rest = groups[1:]
+    if len(rest) == 1:
+        return float(rest[0])
+    days, hours, minutes, seconds = rest
+    return ((int(days or 0) * 24 + int(hours)) * 60 + int(minutes)) * 60 + float(seconds)
 _SMI = re.compile(rb"(\d+)MiB +/ +(\d+)MiB")
 """nvidia-smi's Memory-Usage column."""
 
 
-def _series(block: Block, s: Scan, name: str, marker: bytes, values: list[float]) -> None:
+def _series(block: Block, s: Scan, name: str, marker: bytes, values: list[float], at: tuple[int, int] | None = None) -> None:
     """Push one block's values of a per-step figure, with the lines of the first and the last line
-    holding `marker` (a literal of that line: found by find/rfind, not a second regex pass)."""
+    holding `marker` (a literal of that line: found by find/rfind, not a second regex pass), or at the
+    offsets `at` of the first and last match where prose may quote the marker (`CurrSamplesPerSec=...`)."""
     if values:
         data = block.data
-        first, last = data.find(marker), data.rfind(marker)
+        first, last = at if at is not None else (data.find(marker), data.rfind(marker))
         s.extend_series(name, values, block.line_at(max(first, 0)), block.line_at(max(last, 0)))
 
 
@@ -126,11 +153,13 @@ def _samples_per_s(block: Block, s: Scan) -> None:
     if not patterns and b"SamplesPerSec=" in data:
         patterns = [_THROUGHPUT_OLD]  # "CurrSamplesPerSec=" holds "SamplesPerSec=": the old form only alone
     for pattern in patterns:
-        values = pattern.findall(data)
+        found = list(pattern.finditer(data))
+        values = [m.group(1) for m in found]
         s.samples_per_s[0] += sum(map(float, values))
         s.samples_per_s[1] += len(values)
-        if pattern is not _THROUGHPUT[1]:  # HF's final figure is a fact of its own (_hf_final)
-            _series(block, s, "samples_per_s", b"SamplesPerSec=", list(map(float, values)))
+        if pattern is not _THROUGHPUT[1] and found:  # HF's final figure is a fact of its own (_hf_final)
+            at = (found[0].start(), found[-1].start())
+            _series(block, s, "samples_per_s", b"SamplesPerSec=", list(map(float, values)), at)
         if s.throughput_line is None and values:
             s.throughput_line = block.line_at(pattern.search(data).start())
 
@@ -146,19 +175,32 @@ def _max_mem(block: Block, s: Scan) -> None:
             s.facts["max_mem_allocated_gb"] = Fact(peak, block.line_at(max(at, 0)))
 
 
+def _seconds(clock: bytes) -> float:
+    """`04:17` or `63:50:18` -> seconds."""
+    total = 0
+    for part in clock.split(b":"):
+        total = total * 60 + int(part)
+    return float(total)
+
+
 def _hf_final(block: Block, s: Scan) -> None:
     """HF Trainer's end-of-training metrics (the latest), tqdm's per-step seconds, nvidia-smi's peak."""
     data = block.data
-    if b"'train_" in data:
+    if b"train_" in data:
         for name, pattern in _HF_FINAL.items():
             found = list(pattern.finditer(data))
             if found:
-                s.facts[name] = Fact(float(found[-1].group(1)), block.line_at(found[-1].start()))
+                s.facts[name] = Fact(_hf_value(found[-1]), block.line_at(found[-1].start()))
     if b"s/it" in data or b"it/s" in data:
         found = list(_TQDM.finditer(data))
         steps = [float(m.group(1)) if m.group(2) == b"s/it" else 1.0 / float(m.group(1)) for m in found if float(m.group(1)) > 0]
         if steps:
             s.extend_series("s_per_it", steps, block.line_at(found[0].start()), block.line_at(found[-1].start()))
+        counts = list(_TQDM_ELAPSED.finditer(data))
+        if counts:
+            first, last = block.line_at(counts[0].start()), block.line_at(counts[-1].start())
+            s.extend_series("tqdm_n", [float(m.group(1)) for m in counts], first, last)
+            s.extend_series("tqdm_elapsed_s", [_seconds(m.group(2)) for m in counts], first, last)
     if b"MiB /" in data:
         for m in _SMI.finditer(data):
             used, total = int(m.group(1)), int(m.group(2))
