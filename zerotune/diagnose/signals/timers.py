@@ -25,6 +25,7 @@ Who prints each line, at DeepSpeed 0.19.8 / transformers 4.x:
   `0:36:58.55`, `1 day, 2:03:04.56`); tqdm's bar `200/200 [03:45<00:00,  1.13s/it]` once per
   optimizer step.
 - nvidia-smi's table: `|  40536MiB / 81920MiB |` per GPU (memory used / total).
+- Megatron's iteration line (`_ITERATION_MS`), next to DeepSpeed's lines in Megatron-DeepSpeed runs.
 
 They come once per step per rank, so they are read in bulk per block (findall), not one by one. A number
 is digits with an optional fraction: prose quoting a field (`SamplesPerSec=...`) is not a figure and
@@ -58,6 +59,10 @@ _THROUGHPUT = (
 )
 _THROUGHPUT_OLD = re.compile(rb"SamplesPerSec=(\d+(?:\.\d+)?)")  # older DeepSpeed: no Curr/RunningAvg
 _MAXMEM = re.compile(rb"MaxMemAllocated=(\d+(?:\.\d+)?)GB")
+_ITERATION_MS = re.compile(rb"elapsed[ _]time[ _]per[ _]iteration(?: \(ms\):|_ms=) *(\d+(?:\.\d+)?)")
+"""Megatron-LM's training_log line (Megatron-DeepSpeed, GPT-NeoX alike): `elapsed time per iteration (ms):
+14287.5`, the wall clock of the last log interval over its iterations (data loading included); ALCF's
+Megatron-DeepSpeed logs it as `elapsed_time_per_iteration_ms=16030.6`."""
 
 
 _TQDM = re.compile(rb"\[[\d:]+<[\d:?]+, +(\d+(?:\.\d+)?)(s/it|it/s)")  # starts with a literal: a fast scan
@@ -164,6 +169,15 @@ def _samples_per_s(block: Block, s: Scan) -> None:
             s.throughput_line = block.line_at(pattern.search(data).start())
 
 
+def _iteration(block: Block, s: Scan) -> None:
+    """Megatron's wall-clock time per iteration (one iteration is one optimizer step)."""
+    if b"per_iteration" in block.data or b"per iteration" in block.data:
+        found = list(_ITERATION_MS.finditer(block.data))
+        if found:
+            at = (found[0].start(), found[-1].start())
+            _series(block, s, "iteration_ms", b"", [float(m.group(1)) for m in found], at)
+
+
 def _max_mem(block: Block, s: Scan) -> None:
     """The highest MaxMemAllocated of the log, on the line that printed it."""
     peaks = _MAXMEM.findall(block.data)
@@ -246,6 +260,7 @@ SIGNALS = (
     BlockSignal("progress_line", _progress),
     BlockSignal("breakdown", _breakdown),
     BlockSignal("samples_per_s", _samples_per_s),
+    BlockSignal("series", _iteration),
     BlockSignal("facts", _max_mem),
     BlockSignal("facts", _hf_final),
 )
