@@ -766,3 +766,16 @@ def test_megatrons_iteration_time_over_deepspeeds_throughput_timer() -> None:
     assert other.step_s.value == pytest.approx(2.5)
     timed = real("alcf_polaris_megatron_ds_ga8_timers.log")  # the timers still come first: they split the step
     assert "wall_clock_breakdown" in timed.step_s.source
+
+
+def test_max_allocated_as_megatron_and_llama_recipes_print_it() -> None:
+    """torch.cuda.max_memory_allocated printed by other frameworks: llama-recipes' summary in whole GiB
+    (first read: not at all, llama-cookbook PR 206) and Megatron's report_memory in MB = 2**20 bytes."""
+    cookbook = real("llamacookbook206_tqdm_four_ranks_max_cuda_memory.log")
+    assert cookbook.peak_bytes.value == 47 * GiB and cookbook.peak_kind == "max_allocated"
+    megatron = measured_text(
+        "[Rank 0] (after 10 iterations) memory (MB) | allocated: 6210.5 | max allocated: 30720.0 | "
+        "reserved: 33000.0 | max reserved: 33000.0\n"
+        "INFO - Max cuda memory allocated was 12 GB\n"
+    )
+    assert megatron.peak_bytes.value == 30720.0 * 2**20 and "Megatron" in megatron.peak_bytes.source

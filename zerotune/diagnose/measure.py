@@ -215,13 +215,19 @@ def _tqdm_step(scan: Scan) -> Figure | None:
 
 
 def _peak(scan: Scan) -> tuple[Figure | None, str]:
-    """The highest allocated peak the log prints (ThroughputTimer's MaxMemAllocated, see_memory_usage's
+    """The highest allocated peak the log prints (ThroughputTimer's MaxMemAllocated, Megatron's and
+    llama-recipes' max allocated (zerotune.diagnose.signals.timers._OTHER_PEAKS), see_memory_usage's
     Max_MA of the steps, not of building the engine: CONSTRUCTION_REPORTS, nor an unlabelled report
     (its label line cut off) before the log's first per-step figure), else nvidia-smi's highest used memory."""
     best: Figure | None = None
-    fact = scan.facts.get("max_mem_allocated_gb")
-    if fact is not None:
-        best = Figure(float(fact.value) * GiB, f"log:{fact.line.number}: MaxMemAllocated")  # type: ignore[arg-type]
+    for name, scale, what in (
+        ("max_mem_allocated_gb", GiB, "MaxMemAllocated"),
+        ("megatron_max_allocated_mib", 2**20, "Megatron's max allocated (MB = 2**20 bytes)"),
+        ("llama_recipes_max_allocated_gib", GiB, "llama-recipes' max CUDA memory allocated (whole GiB, rounded down)"),
+    ):
+        fact = scan.facts.get(name)
+        if fact is not None and (best is None or float(fact.value) * scale > best.value):  # type: ignore[arg-type]
+            best = Figure(float(fact.value) * scale, f"log:{fact.line.number}: {what}")  # type: ignore[arg-type]
     firsts = [lines[0].number for lines in scan.series_lines.values() if lines]
     first_step = min(firsts) if firsts else None
     for report in scan.memory_reports:

@@ -59,6 +59,14 @@ _THROUGHPUT = (
 )
 _THROUGHPUT_OLD = re.compile(rb"SamplesPerSec=(\d+(?:\.\d+)?)")  # older DeepSpeed: no Curr/RunningAvg
 _MAXMEM = re.compile(rb"MaxMemAllocated=(\d+(?:\.\d+)?)GB")
+_OTHER_PEAKS = {
+    "megatron_max_allocated_mib": re.compile(rb"memory \(MB\) \| allocated: [\d.]+ \| max allocated: (\d+(?:\.\d+)?)"),
+    "llama_recipes_max_allocated_gib": re.compile(rb"Max CUDA memory allocated was (\d+) GB", re.I),
+}
+"""torch.cuda.max_memory_allocated as other frameworks print it: Megatron-LM's report_memory (`[Rank 0] (after
+10 iterations) memory (MB) | allocated: ... | max allocated: 14024.8`, divided by 1024 * 1024: MiB) and
+llama-recipes' MemoryTrace (`Max CUDA memory allocated was 47 GB`, byte2gb = int(x / 2**30): whole GiB,
+rounded down; the gauge is reset at each epoch's start, so it is the training's peak)."""
 _ITERATION_MS = re.compile(rb"elapsed[ _]time[ _]per[ _]iteration(?: \(ms\):|_ms=) *(\d+(?:\.\d+)?)")
 """Megatron-LM's training_log line (Megatron-DeepSpeed, GPT-NeoX alike): `elapsed time per iteration (ms):
 14287.5`, the wall clock of the last log interval over its iterations (data loading included); ALCF's
@@ -197,6 +205,19 @@ def _seconds(clock: bytes) -> float:
     return float(total)
 
 
+def _other_peaks(block: Block, s: Scan) -> None:
+    """The highest of each framework's own max-allocated figure (_OTHER_PEAKS), on its line."""
+    if b"max allocated: " not in block.data and b"memory allocated was" not in block.data.lower():
+        return
+    for name, pattern in _OTHER_PEAKS.items():
+        found = list(pattern.finditer(block.data))
+        if found:
+            top = max(found, key=lambda m: float(m.group(1)))
+            held = s.facts.get(name)
+            if held is None or float(top.group(1)) > float(held.value):  # type: ignore[arg-type]
+                s.facts[name] = Fact(float(top.group(1)), block.line_at(top.start()))
+
+
 def _hf_final(block: Block, s: Scan) -> None:
     """HF Trainer's end-of-training metrics (the latest), tqdm's per-step seconds, nvidia-smi's peak."""
     data = block.data
@@ -262,5 +283,6 @@ SIGNALS = (
     BlockSignal("samples_per_s", _samples_per_s),
     BlockSignal("series", _iteration),
     BlockSignal("facts", _max_mem),
+    BlockSignal("facts", _other_peaks),
     BlockSignal("facts", _hf_final),
 )
