@@ -779,3 +779,12 @@ def test_max_allocated_as_megatron_and_llama_recipes_print_it() -> None:
         "INFO - Max cuda memory allocated was 12 GB\n"
     )
     assert megatron.peak_bytes.value == 30720.0 * 2**20 and "Megatron" in megatron.peak_bytes.source
+
+
+def test_ms_swifts_memory_is_a_max_reserved_peak() -> None:
+    """ms-swift logs `'memory(GiB)'`, the process's torch.cuda.max_memory_reserved in GiB (first read: not
+    at all, ms-swift issue 8096's 39.34): a max_reserved peak, compared with the estimate as that counter."""
+    swift = real("msswift8096_metrics_strings_tqdm.log")
+    assert swift.peak_bytes.value == pytest.approx(39.34 * GiB) and swift.peak_kind == "max_reserved"
+    older = measured_text("{'loss': 1.52, 'acc': 0.61, 'learning_rate': 9.5e-05, 'epoch': 0.1, 'memory(GiB)': 21.8, 'train_speed(iter/s)': 0.12}\n")
+    assert older.peak_bytes.value == pytest.approx(21.8 * GiB) and older.peak_kind == "max_reserved"

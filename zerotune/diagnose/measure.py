@@ -218,7 +218,8 @@ def _peak(scan: Scan) -> tuple[Figure | None, str]:
     """The highest allocated peak the log prints (ThroughputTimer's MaxMemAllocated, Megatron's and
     llama-recipes' max allocated (zerotune.diagnose.signals.timers._OTHER_PEAKS), see_memory_usage's
     Max_MA of the steps, not of building the engine: CONSTRUCTION_REPORTS, nor an unlabelled report
-    (its label line cut off) before the log's first per-step figure), else nvidia-smi's highest used memory."""
+    (its label line cut off) before the log's first per-step figure), else ms-swift's memory(GiB), a
+    max_reserved peak, else nvidia-smi's highest used memory."""
     best: Figure | None = None
     for name, scale, what in (
         ("max_mem_allocated_gb", GiB, "MaxMemAllocated"),
@@ -238,6 +239,9 @@ def _peak(scan: Scan) -> tuple[Figure | None, str]:
             best = Figure(report.max_ma_gb * GiB, f"log:{report.line.number}: see_memory_usage Max_MA")
     if best is not None and best.value > 0:
         return best, "max_allocated"
+    swift = scan.facts.get("swift_max_reserved_gib")
+    if swift is not None and float(swift.value) > 0:  # type: ignore[arg-type]
+        return Figure(float(swift.value) * GiB, f"log:{swift.line.number}: ms-swift memory(GiB) (max reserved)"), "max_reserved"  # type: ignore[arg-type]
     smi = scan.facts.get("nvidia_smi_used_mib")
     if smi is not None:
         return Figure(int(smi.value) * 2**20, f"log:{smi.line.number}: nvidia-smi"), "nvidia-smi"  # type: ignore[call-overload]

@@ -67,6 +67,10 @@ _OTHER_PEAKS = {
 10 iterations) memory (MB) | allocated: ... | max allocated: 14024.8`, divided by 1024 * 1024: MiB) and
 llama-recipes' MemoryTrace (`Max CUDA memory allocated was 47 GB`, byte2gb = int(x / 2**30): whole GiB,
 rounded down; the gauge is reset at each epoch's start, so it is the training's peak)."""
+_SWIFT_MEMORY = re.compile(rb"'memory\(GiB\)': '?(\d+(?:\.\d+)?)")
+"""ms-swift's logging dict (`'memory(GiB)': '39.34'`): swift/trainers/callback.py get_max_cuda_memory, the
+process's torch.cuda.max_memory_reserved / 1024**3 (summed over its devices only when one process spans
+several, device_map model parallel: not a DeepSpeed run)."""
 _ITERATION_MS = re.compile(rb"elapsed[ _]time[ _]per[ _]iteration(?: \(ms\):|_ms=) *(\d+(?:\.\d+)?)")
 """Megatron-LM's training_log line (Megatron-DeepSpeed, GPT-NeoX alike): `elapsed time per iteration (ms):
 14287.5`, the wall clock of the last log interval over its iterations (data loading included); ALCF's
@@ -207,6 +211,12 @@ def _seconds(clock: bytes) -> float:
 
 def _other_peaks(block: Block, s: Scan) -> None:
     """The highest of each framework's own max-allocated figure (_OTHER_PEAKS), on its line."""
+    swift = list(_SWIFT_MEMORY.finditer(block.data)) if b"'memory(GiB)'" in block.data else []
+    if swift:
+        top = max(swift, key=lambda m: float(m.group(1)))
+        held = s.facts.get("swift_max_reserved_gib")
+        if held is None or float(top.group(1)) > float(held.value):  # type: ignore[arg-type]
+            s.facts["swift_max_reserved_gib"] = Fact(float(top.group(1)), block.line_at(top.start()))
     if b"max allocated: " not in block.data and b"memory allocated was" not in block.data.lower():
         return
     for name, pattern in _OTHER_PEAKS.items():
