@@ -812,3 +812,32 @@ def test_real_logs_read_right_at_first_sight(name: str, step_s: float | None, sa
             assert figure is None
         else:
             assert figure.value == pytest.approx(want * scale, rel=2e-3)
+
+
+def test_a_throughput_timer_that_saw_one_micro_step_of_an_accumulated_step_is_not_its_rate(tmp_path) -> None:
+    """ThroughputTimer starts at each forward and stops at each engine.step(); a framework that accumulates
+    by itself and steps the engine once per batch (Megatron-DeepSpeed: `micro_step=3/global_step=3` under
+    accumulation 8, 75 samples/s printed for a 16 s 256-sample step) gets the batch over one micro-step's
+    time. Such a rate is dropped (refused when it was the run's only figure); one the timer counted over
+    the step's micro-steps (`micro_step=40/global_step=10`, accumulation 4) is kept."""
+    from zerotune.calibrate.observe import observations
+    from zerotune.diagnose.analyse import Options
+
+    def run(line: str, accum: int) -> tuple[list, list[str]]:
+        log, config = tmp_path / "train.log", tmp_path / "ds.json"
+        log.write_text(line + "\n")
+        config.write_text(json.dumps({"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": accum,
+                                      "bf16": {"enabled": True}, "zero_optimization": {"stage": 1}}))  # fmt: skip
+        notes: list[str] = []
+        options = Options(config=str(config), model="llama3.2-1b", world_size=8, seq_len=2048)
+        return observations([str(log)], None, options, load_profile("dgx-a100-80g"), notes), notes
+
+    timer = ("[2024-04-21 02:45:40,722] [INFO] [timer.py:260:stop] epoch=0/micro_step={m}/global_step={g}, "
+             "RunningAvgSamplesPerSec=74.7, CurrSamplesPerSec=74.7, MemAllocated=4.75GB, MaxMemAllocated=15.59GB")  # fmt: skip
+    kept, _ = run(timer.format(m=40, g=10), accum=4)
+    assert kept[0].measured.samples_per_s.value == pytest.approx(74.7)
+    dropped, notes = run(timer.format(m=3, g=3), accum=8)  # the peak stays: a run of memory only
+    assert dropped[0].measured.samples_per_s is None and dropped[0].measured.peak_bytes is not None
+    assert any("saw 1 micro-step(s) per step" in n for n in notes)
+    with pytest.raises(InputError, match="1 micro-step"):
+        run(timer.format(m=3, g=3).replace(", MemAllocated=4.75GB, MaxMemAllocated=15.59GB", ""), accum=8)

@@ -66,6 +66,8 @@ class Measured:
     peak_bytes: Figure | None = None
     peak_kind: str = "max_allocated"
     """which counter: max_allocated (torch.cuda.max_memory_allocated), max_reserved, nvidia-smi"""
+    timer_micro_steps: Figure | None = None
+    """micro-steps DeepSpeed's throughput timer saw per optimizer step (its line's micro_step / global_step)"""
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     @property
@@ -77,7 +79,7 @@ class Measured:
         of `other` replaces all of this one's (Observation.step prefers step_s to the rates)."""
         updates = {k: v for k, v in vars(other).items() if v is not None and k not in ("notes", "peak_kind")}
         if other.has_time:
-            updates = {"step_s": None, "samples_per_s": None, "tokens_per_s": None} | updates
+            updates = {"step_s": None, "samples_per_s": None, "tokens_per_s": None, "timer_micro_steps": None} | updates
         if other.peak_bytes is not None:
             updates["peak_kind"] = other.peak_kind
         return replace(self, **updates, notes=self.notes + other.notes)
@@ -150,6 +152,7 @@ def from_scan(scan: Scan) -> Measured:
         allreduce_s=allreduce,
         peak_bytes=_peak(scan)[0],
         peak_kind=_peak(scan)[1],
+        timer_micro_steps=_fact_figure(scan, "timer_micro_per_step", "micro_step / global_step"),
         notes=tuple(notes),
     )
 
@@ -171,6 +174,11 @@ zero/partition_parameters.py:1235-1252 `... converting and partitioning params .
 counter after each report (runtime/utils.py:848-849), so such a report's Max_MA is the peak of building
 the engine (ZeRO-3 gathering whole weights before partitioning them: 55.83 GiB in DeepSpeed issue 2899),
 not of a training step, which is what the memory model estimates: it is not read as the run's peak."""
+
+
+def _fact_figure(scan: Scan, name: str, what: str) -> Figure | None:
+    fact = scan.facts.get(name)
+    return Figure(float(fact.value), f"log:{fact.line.number}: {what}") if fact is not None else None  # type: ignore[arg-type]
 
 
 TQDM_WINDOW_S = 20.0

@@ -59,6 +59,10 @@ _THROUGHPUT = (
 )
 _THROUGHPUT_OLD = re.compile(rb"SamplesPerSec=(\d+(?:\.\d+)?)")  # older DeepSpeed: no Curr/RunningAvg
 _MAXMEM = re.compile(rb"MaxMemAllocated=(\d+(?:\.\d+)?)GB")
+_TIMER_STEPS = re.compile(rb"micro_step=(\d+)/global_step=(\d+), RunningAvgSamplesPerSec=")
+"""The throughput line's counters (ThroughputTimer.stop, deepspeed/utils/timer.py): micro_step counts every
+stop() (each engine.step() call), global_step the accumulation boundaries; their ratio is how many
+micro-steps the timer saw per optimizer step."""
 _OTHER_PEAKS = {
     "megatron_max_allocated_mib": re.compile(rb"memory \(MB\) \| allocated: [\d.]+ \| max allocated: (\d+(?:\.\d+)?)"),
     "llama_recipes_max_allocated_gib": re.compile(rb"Max CUDA memory allocated was (\d+) GB", re.I),
@@ -179,6 +183,10 @@ def _samples_per_s(block: Block, s: Scan) -> None:
             _series(block, s, "samples_per_s", b"SamplesPerSec=", list(map(float, values)), at)
         if s.throughput_line is None and values:
             s.throughput_line = block.line_at(pattern.search(data).start())
+    counters = list(_TIMER_STEPS.finditer(data)) if b"global_step=" in data else []
+    if counters:
+        last = counters[-1]
+        s.facts["timer_micro_per_step"] = Fact(int(last.group(1)) / max(int(last.group(2)), 1), block.line_at(last.start()))
 
 
 def _iteration(block: Block, s: Scan) -> None:
