@@ -841,3 +841,25 @@ def test_a_throughput_timer_that_saw_one_micro_step_of_an_accumulated_step_is_no
     assert any("saw 1 micro-step(s) per step" in n for n in notes)
     with pytest.raises(InputError, match="1 micro-step"):
         run(timer.format(m=3, g=3).replace(", MemAllocated=4.75GB, MaxMemAllocated=15.59GB", ""), accum=8)
+
+
+# Second sight (after the fixes above): three more logs with HF's final figures.
+
+
+def test_a_bar_slower_than_the_runs_mean_step_is_not_the_training_bar() -> None:
+    """A generation bar after training (run_translation's eval: 222 batches at 2.44 s/it) next to the
+    training bar's last update (157143 steps in 11:48:08): the median of their rates, 1.36 s, was read
+    (second sight); no training step takes longer than the run's mean step (HF's train_steps_per_second,
+    rounded to 3 decimals), so the figure is HF's, 0.270 s."""
+    m = real("t5_translation_train_and_eval_bars.log")
+    assert m.step_s.value == pytest.approx(1 / 3.699) and any("generation bar" in n for n in m.notes)
+    assert real("msswift8096_metrics_strings_tqdm.log").step_s.value == pytest.approx(74.0)  # no HF figure: the bar
+
+
+def test_hf_final_figures_behind_a_prefix_and_as_json() -> None:
+    """`[worker :0]   train_steps_per_second   =   0.007` (a launcher's prefix: not read at second sight)
+    and train_results.json's double-quoted keys."""
+    assert real("tpu_fsdp_worker_prefixed_train_metrics.log").step_s.value == pytest.approx(1 / 0.007)
+    assert real("baichuan13b_train_results_json_and_block.log").step_s.value == pytest.approx(1 / 0.07)  # the latest
+    json_only = measured_text('{\n    "epoch": 2.0,\n    "train_runtime": 812.5,\n    "train_steps_per_second": 0.25\n}\n')
+    assert json_only.step_s.value == pytest.approx(4.0)

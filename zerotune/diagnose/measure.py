@@ -129,6 +129,14 @@ def from_scan(scan: Scan) -> Measured:
         samples = Figure(samples.value, f"{samples.source}: DeepSpeed {field_read}")
     if step is None and samples is None:
         step = _tqdm_step(scan)
+        mean = _hf_mean_step(scan)
+        if step is not None and mean is not None and step.value > mean:
+            notes.append(
+                f"{step.source} gives {step.value:.3g} s per iteration, more than the run's mean step "
+                f"({mean:.3g} s, HF's train_steps_per_second, evaluation and saving included): an evaluation or "
+                "generation bar, not training's: not used"
+            )
+            step = None
     if scan.cache_flushes and (step is not None or samples is not None):
         count = f"{scan.cache_flush_count} " if scan.cache_flush_count else ""
         notes.append(
@@ -174,6 +182,18 @@ zero/partition_parameters.py:1235-1252 `... converting and partitioning params .
 counter after each report (runtime/utils.py:848-849), so such a report's Max_MA is the peak of building
 the engine (ZeRO-3 gathering whole weights before partitioning them: 55.83 GiB in DeepSpeed issue 2899),
 not of a training step, which is what the memory model estimates: it is not read as the run's peak."""
+
+
+HF_RATE_DECIMALS = 3
+"""transformers rounds train_steps_per_second to 3 decimals (trainer_utils.speed_metrics `round(steps_per_second, 3)`)."""
+
+
+def _hf_mean_step(scan: Scan) -> float | None:
+    """The longest the run's mean step can be by HF's final train_steps_per_second (its rounding allowed):
+    the whole run over its steps, so no training step takes longer."""
+    rate = scan.facts.get("train_steps_per_s")
+    low = float(rate.value) - 0.5 * 10**-HF_RATE_DECIMALS if rate is not None else 0.0  # type: ignore[arg-type]
+    return 1.0 / low if low > 0 else None
 
 
 def _fact_figure(scan: Scan, name: str, what: str) -> Figure | None:

@@ -89,15 +89,18 @@ quoted in prose, `[00:05<00:05, ...s/it]`, is no figure): its rate is a smoothed
 average, tqdm's smoothing=0.3), its elapsed time the wall clock since the bar started (tqdm
 format_interval: [H:]MM:SS, whole seconds); zerotune.diagnose.measure reads steps from the elapsed time."""
 _HF_FINAL = {
-    name: re.compile(rb"'" + key + rb"': '?(\d+(?:\.\d+)?)|^[ \t]*" + key + rb" +=[ \t]+" + value + rb"[ \t]*\r?$", re.M)
+    name: re.compile(
+        rb"['\"]" + key + rb"['\"]: ['\"]?(\d+(?:\.\d+)?)|(?:^|[\s\]:#>|])" + key + rb" +=[ \t]+" + value + rb"[ \t]*\r?$", re.M
+    )
     for name, key, value in (
         ("train_runtime_s", rb"train_runtime", rb"(?:(\d+) days?, )?(\d+):(\d\d):(\d\d(?:\.\d+)?)"),
         ("train_steps_per_s", rb"train_steps_per_second", rb"(\d+(?:\.\d+)?)"),
         ("train_samples_per_s", rb"train_samples_per_second", rb"(\d+(?:\.\d+)?)"),
     )
 }
-"""HF's final figures in the metrics dict (a number, or a quoted one) or in log_metrics' block (the
-runtime there as [D day(s), ]H:MM:SS.cc)."""
+"""HF's final figures in the metrics dict (a number, or a quoted one; JSON's double quotes as
+train_results.json holds them) or in log_metrics' block (the runtime there as [D day(s), ]H:MM:SS.cc),
+its lines behind a launcher's prefix (`[worker :0]   train_steps_per_second   =   0.007`) too."""
 
 
 def _hf_value(m: re.Match[bytes]) -> float:
