@@ -764,8 +764,8 @@ def test_megatrons_iteration_time_over_deepspeeds_throughput_timer() -> None:
         "| elapsed_time_per_iteration_ms=2500.0 | global_batch_size=   64 |\n"
     )
     assert other.step_s.value == pytest.approx(2.5)
-    timed = real("alcf_polaris_megatron_ds_ga8_timers.log")  # the timers still come first: they split the step
-    assert "wall_clock_breakdown" in timed.step_s.source
+    timed = real("alcf_polaris_megatron_ds_ga8_timers.log")  # the iteration's wall clock; the timers split it
+    assert "Megatron" in timed.step_s.source and "wall_clock_breakdown" in timed.compute_s.source
 
 
 def test_max_allocated_as_megatron_and_llama_recipes_print_it() -> None:
@@ -796,8 +796,8 @@ def test_ms_swifts_memory_is_a_max_reserved_peak() -> None:
         # read right at first sight (manifest.yaml `truth`): kept so
         ("seekpoint_hellodeepspeed_stage1_offload_throughput.log", None, 141.28300869902063, 1.55),  # the first dropped
         ("dschat_npu_opt350m_reward_ga4_throughput.log", None, 25.73380362582048, 38.49),
-        # the timers' medians; its CurrSamplesPerSec (75.2) is read but the step comes from the timers
-        ("alcf_polaris_megatron_ds_ga8_timers.log", (3868.14 + 11270.09 + 865.13) / 1000, (74.81160215378233 + 75.522128204809) / 2, 15.59),
+        # Megatron's iteration time (16.0 s of timers in it); its CurrSamplesPerSec (75.2) is read, not used
+        ("alcf_polaris_megatron_ds_ga8_timers.log", (16053.0 + 16069.2) / 2000, (74.81160215378233 + 75.522128204809) / 2, 15.59),
         ("dsprofiling_mistral7b_stage2_offload_see_memory_usage.log", None, None, 71.33),  # micro-step line only
         ("zenflow_readme_microstep_custom_step_time.log", None, None, None),
         ("madeline_gpt2_bare_microstep_custom_step_oom.log", None, None, None),
@@ -863,3 +863,21 @@ def test_hf_final_figures_behind_a_prefix_and_as_json() -> None:
     assert real("baichuan13b_train_results_json_and_block.log").step_s.value == pytest.approx(1 / 0.07)  # the latest
     json_only = measured_text('{\n    "epoch": 2.0,\n    "train_runtime": 812.5,\n    "train_steps_per_second": 0.25\n}\n')
     assert json_only.step_s.value == pytest.approx(4.0)
+
+
+
+def test_a_profiled_steps_disturbed_timers_are_no_measurement() -> None:
+    """DeepSpeed's flops profiler stops the engine's timers at its profile step: the line printed then holds
+    negative or zeroed timers (an ALCF Megatron-DeepSpeed run, second sight: `fwd: 0.00 | bwd: 0.00 |
+    bwd_inner: -298701.19 | ... | step: 0.00` read into the timers' series). Such a line is skipped; the
+    run's step is Megatron's wall clock, 63.0 s, of which the timers cover 57 s."""
+    m = real("alcf_megatron_ds_profiled_step_negative_timers.log")
+    assert m.step_s.value == pytest.approx(63.0369) and "Megatron" in m.step_s.source
+    # medians of the 3 real steps with the first dropped
+    assert m.compute_s.value == pytest.approx(((9273.33 + 9296.84) / 2 + (44919.18 + 44876.46) / 2) / 1000)
+    lines = "".join(
+        f"[2025-01-01 10:00:0{i},000] [INFO] [logging.py:96:log_dist] [Rank 0] time (ms) | fwd: {f} | bwd: {b} | "
+        f"bwd_inner: {b} | bwd_allreduce: 0.00 | step: {o}\n"
+        for i, (f, b, o) in enumerate([("100.00", "200.00", "50.00"), ("0.00", "0.00", "0.00"), ("100.00", "200.00", "50.00"), ("0.00", "0.00", "0.00")])
+    )
+    assert measured_text(lines).step_s.value == pytest.approx(0.35)

@@ -8,14 +8,15 @@ steps the scan kept (zerotune.diagnose.records.SERIES_MAX): a median ignores the
 (allocator warm-up, compilation) and the odd step with a checkpoint save.
 
 Step time, in order of trust:
-1. DeepSpeed's wall_clock_breakdown: fwd + bwd + step of one optimizer step (it sums the micro-steps);
+1. Megatron's elapsed time per iteration (Megatron-DeepSpeed): the wall clock of whole iterations, where
+   DeepSpeed's timers next to it cover only the engine's forward, backward and step (an ALCF run: 57.0 s
+   of timers in 63.0 s iterations, tests/fixtures/logs/measure/real/alcf_megatron_ds_profiled_step_negative_timers.log)
+   and its throughput timer runs from each forward (or batch fetch) to the step (runtime/engine.py:2946,
+   3622 at 0.19.8: tput_timer.start / stop: 14.29-14.54 s per iteration against the 12.8 s its rate implies,
+   alcf_polaris_megatron_ds_running_avg_iteration.log); the timers, when there, still split the step;
+2. DeepSpeed's wall_clock_breakdown: fwd + bwd + step of one optimizer step (it sums the micro-steps);
    it also splits the step: the `step` timer is the optimizer, `bwd_allreduce` the gradient reduction
    left after the backward compute;
-2. Megatron's elapsed time per iteration (Megatron-DeepSpeed): the wall clock of whole iterations, where
-   DeepSpeed's throughput timer next to it runs from each forward (or batch fetch) to the step
-   (runtime/engine.py:2946, 3622 at 0.19.8: tput_timer.start / stop) and leaves out what the framework
-   does between (an ALCF Megatron-DeepSpeed run: 14.29-14.54 s per iteration against the 12.8 s
-   DeepSpeed's rate implies, tests/fixtures/logs/measure/real/alcf_polaris_megatron_ds_running_avg_iteration.log);
 3. DeepSpeed's ThroughputTimer CurrSamplesPerSec (train batch / the step's elapsed time), or before 0.6
    its SamplesPerSec (the running mean since the timer's start step: deepspeed/utils/timer.py
    avg_samples_per_sec at 0.5);
@@ -117,10 +118,9 @@ def from_scan(scan: Scan) -> Measured:
             compute = Figure((fwd.value + inner.value) / 1000, f"{fwd.source}: wall_clock_breakdown fwd + bwd_inner")
         reduce = _median(scan, "bwd_allreduce")
         allreduce = Figure(reduce.value / 1000, reduce.source) if reduce is not None else None
-    if step is None:
-        iteration = _median(scan, "iteration_ms")
-        if iteration is not None:
-            step = Figure(iteration.value / 1000, f"{iteration.source}: Megatron's elapsed time per iteration")
+    iteration = _median(scan, "iteration_ms")
+    if iteration is not None:  # the iteration's wall clock: the timers (kept above) split what they cover of it
+        step = Figure(iteration.value / 1000, f"{iteration.source}: Megatron's elapsed time per iteration")
     samples = _median(scan, "samples_per_s")
     if samples is not None:
         first = (scan.series_lines.get("samples_per_s") or [None])[0]

@@ -127,6 +127,17 @@ def _series(block: Block, s: Scan, name: str, marker: bytes, values: list[float]
         s.extend_series(name, values, block.line_at(max(first, 0)), block.line_at(max(last, 0)))
 
 
+def _disturbed(values: dict[str, float]) -> bool:
+    """A step line that measured nothing: a negative timer, or fwd, bwd and step all 0. DeepSpeed's flops
+    profiler reads and stops the engine's timers at its profile step, and the line printed then holds
+    such values (an ALCF Megatron-DeepSpeed run: `fwd: 0.00 | bwd: 0.00 | bwd_inner: -298701.19 | ... |
+    step: 0.00`, tests/fixtures/logs/measure/real/alcf_megatron_ds_profiled_step_negative_timers.log)."""
+    if any(v < 0 for v in values.values()):
+        return True
+    main = [values[k] for k in ("fwd", "bwd", "step") if k in values]
+    return len(main) == 3 and not any(main)
+
+
 def _add(s: Scan, name: str, total: float, count: int) -> None:
     acc = s.breakdown.setdefault(name, [0.0, 0.0])
     acc[0] += total
@@ -137,7 +148,7 @@ def _breakdown(block: Block, s: Scan) -> None:
     """Timer means: the usual step lines column-wise, any other layout (fewer or more timers, the
     long names) parsed line by line; micro-step lines repeat the step line's numbers and are skipped."""
     data = block.data
-    rows = _STEP.findall(data)
+    rows = [r for r in _STEP.findall(data) if not _disturbed({"fwd": float(r[0]), "bwd": float(r[1]), "step": float(r[4])})]
     if rows:
         for name, column in zip(_STEP_NAMES, zip(*rows, strict=True), strict=True):
             values = list(map(float, column))
@@ -164,6 +175,8 @@ def _breakdown(block: Block, s: Scan) -> None:
                 continue
         if ("fwd" in values or "bwd" in values) and "step" not in values:
             continue  # not DeepSpeed's step line (below): e.g. Megatron's `forward | backward | optimizer`
+        if _disturbed(values):
+            continue
         for name, value in values.items():
             _add(s, name, value, 1)
             _series(block, s, name, m.group(0)[:40], [value])
