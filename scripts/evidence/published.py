@@ -213,6 +213,11 @@ class Run(BaseModel):
         description="OpenMP threads per rank the launcher leaves (OMP_NUM_THREADS): 1 where the source launches "
         "several processes per node with torchrun / accelerate launch; null = the deepspeed launcher's default",
     )
+    logits_held: Literal["none", "model", "fp32"] = Field(
+        "none",
+        description="the source's training loop keeps the model's output (its logits) through backward and the "
+        "step (Workload.logits_held): model or fp32 as its transformers returned them",
+    )
     zero_init: bool = Field(
         True,
         description="stage 3: the model is built under deepspeed.zero.Init (HF Trainer / accelerate); false "
@@ -342,6 +347,7 @@ def run_workload(run: Run, precision: str) -> Workload:
         activation_offloading=run.activation_offloading,
         moe_impl=run.moe_impl or "grouped",
         zero_init=run.zero_init,
+        logits_held=run.logits_held,
         deepspeed_version=run.deepspeed_version,
         autocast=resolve(run.ds_config()).autocast,
         omp_threads=run.omp_threads,

@@ -84,6 +84,8 @@ def workload_options(run: published.Run) -> list[str]:
         args.append("--activation-offloading")
     if run.moe_impl is not None:
         args += ["--moe-impl", run.moe_impl]
+    if run.logits_held != "none":
+        args += ["--logits-held", run.logits_held]
     if run.omp_threads is not None:
         args += ["--omp-threads", str(run.omp_threads)]
     if not run.zero_init:

@@ -185,7 +185,8 @@ def test_multi_node_profiles_have_an_inter_node_link(name: str) -> None:
         assert profile.inter_node is None
         return
     link = profile.inter_node
-    assert link is not None and link.kind.startswith(("ib", "tcp"))  # InfiniBand or Ethernet (NCCL sockets)
+    # InfiniBand, Ethernet (NCCL sockets) or Intel Omni-Path (Jean Zay)
+    assert link is not None and link.kind.startswith(("ib", "tcp", "opa"))
     assert link.ranks == profile.world_size
     for op in RING_OPS:
         assert link.collectives[op].busbw_Bps > 0

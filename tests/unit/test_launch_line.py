@@ -21,7 +21,7 @@ from zerotune.job import inputs_from_launch, resolve_job
 from zerotune.schema import job as job_schema
 from zerotune.schema.job import JobInputs
 from zerotune.schema.launch_line import parse_launch
-from zerotune.schema.workload import Attention, CrossEntropy, Kernel, MoeImpl
+from zerotune.schema.workload import Attention, CrossEntropy, Kernel, LogitsHeld, MoeImpl
 
 ISSUE_LINE = (
     "accelerate launch train.py --deepspeed ds.json --model_name_or_path llama3-8b --bf16 "
@@ -119,6 +119,7 @@ def test_choices_match_the_workload_literals():
     assert set(job_schema.CROSS_ENTROPIES) == set(typing.get_args(CrossEntropy))
     assert set(job_schema.KERNELS) == set(typing.get_args(Kernel))
     assert set(job_schema.MOE_IMPLS) == set(typing.get_args(MoeImpl))
+    assert set(job_schema.LOGITS_HELD) == set(typing.get_args(LogitsHeld))
 
 
 def test_liger_shrinks_the_memory_of_a_long_context_job():

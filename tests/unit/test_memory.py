@@ -283,6 +283,11 @@ def test_stage_1_2_buffers_follow_reduce_bucket_and_overlap() -> None:
 
 
 def test_stage_3_end_of_forward_follows_prefetch_max_live_and_bucket() -> None:
+    """Every module's pre-forward/pre-backward hook (parameter-less ones too) issues one more prefetch of
+    <= prefetch_bucket_size, capped by max_live_parameters less what is available or in flight
+    (DeepSpeed 0.19.8 partitioned_param_coordinator.py:453-457): a block runs more modules than it has
+    buckets of parameters, so the available-or-in-flight count fills to max_live, not one bucket above
+    the kept tail. A model within max_live is gathered whole (the CPU engine's 142M proxy)."""
     w = Workload()
     z = _zero(3, reduce_bucket_size=100_000_000, prefetch_bucket_size=50_000_000)
 
@@ -292,15 +297,39 @@ def test_stage_3_end_of_forward_follows_prefetch_max_live_and_bucket() -> None:
 
     base = fwd(z)
     # the kept tail (head + last block: reuse distance), the block's two RMSNorm weights excepted
-    # (persistent), and the prefetch, whose coalesced all-gather buffer is counted there once (the
-    # real engine's end of forward holds no other all-gather: data/evidence/memory_engine.json)
+    # (persistent); llama-7b (6.7B) is far larger than the default max_live of 1e9: the fill sets it
     tail = LLAMA_7B.layers[-1].params + LLAMA_7B.layers[-3].params - 2 * 4096
-    assert base["gathered parameters"] == (tail + 50_000_000) * 2
+    assert base["gathered parameters"] == 10**9 * 2
     assert "all-gather in flight" not in base
     assert base["reduce bucket"] == 100_000_000 * 2  # one buffer: no double buffer at stage 3
+    # max_live just above the tail: the tail and what is left of max_live for one bucket
     capped = fwd(z.model_copy(update={"max_live_parameters": tail + 10_000_000}))
-    assert base["gathered parameters"] - capped["gathered parameters"] == 40_000_000 * 2
+    assert capped["gathered parameters"] == (tail + 10_000_000) * 2
+    # no prefetch: only the tail
+    assert fwd(z.model_copy(update={"prefetch_bucket_size": 0}))["gathered parameters"] == tail * 2
+    # a model within max_live: all of it but its persistent tensors
+    small = llama(layers=2)
+    whole = estimate_memory(small, w, z).phase("end of forward (gathered)").terms_named("gathered parameters")
+    persistent = persistent_elements(tuple(t for layer in small.layers for t in layer.tensors), 100_000, 2**63)
+    assert whole == (small.params - persistent) * 2
     assert any("max_live" in note for note in estimate_memory(LLAMA_7B, w, z).notes)
+
+
+def test_stage_3_backward_keeps_the_prefetch_fill_for_the_modules_ahead() -> None:
+    """The prefetcher runs through backward as through forward: while a bucket flushes, up to max_live
+    elements are gathered or in flight for the modules still ahead; a model smaller than the bucket
+    flushes once, at the end of backward, with nothing ahead to fetch."""
+    w = Workload(gpus_per_node=8)
+    z = _zero(3)
+
+    def flush(model: ModelSpec, zero: ZeroSettings = z) -> int:
+        phase = estimate_memory(model, w, zero).phase("bucket flush (reduce-scatter)")
+        return phase.terms_named("gathered parameters")
+
+    assert flush(LLAMA_7B) == 10**9 * 2
+    assert flush(LLAMA_7B, z.model_copy(update={"max_live_parameters": 3 * 10**8})) == 3 * 10**8 * 2
+    assert flush(llama(layers=1)) == 0  # 0.46B elements, under the 5e8-element bucket
+    assert flush(LLAMA_7B, z.model_copy(update={"prefetch_bucket_size": 0})) < 10**9 * 2
 
 
 def test_persistence_thresholds() -> None:
@@ -327,7 +356,7 @@ def test_counters_read_live_bytes_then_cached_blocks_then_context() -> None:
     assert allocated == live
     assert reserved == int(live / (1 - RESERVED_FRAGMENTATION)) < est.gpu_capacity_bytes
     assert counter_bytes(est, "nvidia-smi") == reserved + CUDA_CONTEXT_BYTES
-    near = estimate_memory(LLAMA_7B, w.model_copy(update={"micro_batch": 40}), _zero(3), hardware=H100)
+    near = estimate_memory(LLAMA_7B, w.model_copy(update={"micro_batch": 48}), _zero(3), hardware=H100)
     live = near.per_gpu.model_states + near.per_gpu.comm_buffers + near.per_gpu.activations + WORKSPACES
     assert live / (1 - RESERVED_FRAGMENTATION) > near.gpu_capacity_bytes - CUDA_CONTEXT_BYTES  # the cap binds
     assert counter_bytes(near, "max_reserved") == max(live, near.gpu_capacity_bytes - CUDA_CONTEXT_BYTES)
@@ -460,9 +489,10 @@ def test_per_model_cache_tells_same_named_models_apart() -> None:
 
 def test_stage3_reuse_distance_keeps_the_model_tail_gathered() -> None:
     """Default 1e9: the head (131M) and the last block (202M less its persistent norms) stay gathered
-    into backward, ~0.6 GiB in bf16; at 0 only the module being computed is gathered."""
+    into backward, ~0.6 GiB in bf16; at 0 only the module being computed is gathered. (With prefetch
+    off: the prefetcher's max_live fill would cover the tail, test_stage_3_end_of_forward_...)"""
     w = Workload(gpus_per_node=8)
-    z = _zero(3)
+    z = _zero(3, prefetch_bucket_size=0)
     default = estimate_memory(LLAMA_7B, w, z)
     none = estimate_memory(LLAMA_7B, w, z.model_copy(update={"max_reuse_distance": 0}))
     tail = LLAMA_7B.layers[-1].params + LLAMA_7B.layers[-3].params - 2 * 4096
@@ -514,30 +544,63 @@ def test_release_version_reads_the_leading_numbers(text: str, release: tuple[int
     assert release_version(text) == release
 
 
-def _acts(est: object) -> int:
-    """Activation bytes at the start of backward, where they peak."""
-    return est.phase("start of backward").by_kind("activations")  # type: ignore[attr-defined]
+def _acts(est: object, phase: str = "start of backward") -> int:
+    """Activation bytes at a phase: by default the loss's backward, where they peak."""
+    return est.phase(phase).by_kind("activations")  # type: ignore[attr-defined]
+
+
+RECOMPUTED = "last block recomputed"
+
+
+@pytest.mark.parametrize("stage", [2, 3])
+def test_backward_runs_the_loss_the_head_and_the_recomputed_block_one_after_another(stage: int) -> None:
+    """Autograd evaluates one node at a time and frees a node's saved tensors once it has run: the loss's
+    backward holds the 12 B/logit buffers and the checkpoints, the head's backward holds only the 2-byte
+    gradient of the logits besides its weight gradient (the largest tensor), and the last block is
+    re-materialised only after both. Summing the three (one block, the loss buffers and the head's
+    gradient at once) over-counts; the peak is the largest of them."""
+    s, b, h, v, layers = 4096, 2, 4096, 32000, 32
+    w = Workload(seq_len=s, micro_batch=b, gpus_per_node=8)
+    est = estimate_memory(LLAMA_7B, w, _zero(stage))
+    loss, head, block = (est.phase(n) for n in ("start of backward", "head backward (weight gradient)", RECOMPUTED))
+    checkpoints = layers * 2 * s * b * h
+    head_inputs = 2 * 2 * s * b * h  # the final norm's input and the head's input
+    assert loss.by_kind("activations") == checkpoints + head_inputs + LOGIT_BYTES * s * b * v
+    assert loss.terms_named("first gradient") == 0
+    assert loss.by_kind("activations") - head.by_kind("activations") == (LOGIT_BYTES - 2) * s * b * v
+    assert head.terms_named("first gradient") == block.terms_named("first gradient") == 2 * LLAMA_7B.largest_tensor
+    one_block = layer_activation_bytes(s, b, h, 32, ffn=11008, gated=True, plain_rmsnorm=True)
+    assert block.by_kind("activations") == checkpoints + one_block
+    # the old single phase, all three at once, is above every one of them
+    summed = loss.total + one_block + 2 * LLAMA_7B.largest_tensor
+    assert max(p.total for p in est.timeline if p.group == "backward") < summed
+    # without checkpointing nothing is recomputed: two phases
+    plain = estimate_memory(LLAMA_7B, w.model_copy(update={"activation_checkpointing": False}), _zero(stage))
+    assert RECOMPUTED not in {p.name for p in plain.timeline}
 
 
 def test_kernel_options_change_activations_as_their_kernels_store() -> None:
     base = Workload(seq_len=4096, micro_batch=1, gpus_per_node=8)
     z = _zero(3)
     acts = lambda **kw: _acts(estimate_memory(LLAMA_7B, base.model_copy(update=kw), z))  # noqa: E731
+    block = lambda **kw: _acts(estimate_memory(LLAMA_7B, base.model_copy(update=kw), z), RECOMPUTED)  # noqa: E731
     s, h, f, v, a = 4096, 4096, 11008, 32000, 32
     # eager attention keeps the s x s softmax output instead of the fp32 log-sum-exp: LlamaAttention's eager path
     # takes the softmax in fp32 (4 B) and casts it back for the next matmul (2 B), as measured in
-    # tests/golden/activation_saved.json; with checkpointing only the one re-materialised block holds it
-    assert acts(attention="eager") - acts() == (4 + 2) * a * s * s - 4 * a * s
+    # tests/golden/activation_saved.json; with checkpointing only the one re-materialised block holds it, after
+    # the loss's backward
+    assert block(attention="eager") - block() == (4 + 2) * a * s * s - 4 * a * s
+    assert acts(attention="eager") == acts()
     # a fused linear cross-entropy never materialises the 12 B/logit buffers, keeps a 4 B/hidden grad;
     # a fused softmax cross-entropy keeps the 16-bit logits (its gradient is written into them)
     assert acts() - acts(cross_entropy="fused_linear") == 12 * s * v - 4 * s * h
     assert acts() - acts(cross_entropy="fused") == (12 - 2) * s * v
     # fused SwiGLU recomputes act(gate): one s x f tensor less in the re-materialised block
-    assert acts() - acts(swiglu="fused") == 2 * s * f
+    assert block() - block(swiglu="fused") == 2 * s * f
     # HF's RMSNorm keeps an fp32 copy and the normalised 16-bit tensor (+4 B/element per norm, two
     # norms per block); HF's rotary multiplies by cos/sin (no grad), so autograd keeps nothing more
-    assert acts() - acts(rmsnorm="fused") == 2 * 4 * s * h
-    assert acts() == acts(rotary="fused")
+    assert block() - block(rmsnorm="fused") == 2 * 4 * s * h
+    assert acts() == acts(rotary="fused") and block() == block(rotary="fused")
     # without checkpointing every block holds them
     nock = base.model_copy(update={"activation_checkpointing": False})
     full = lambda **kw: _acts(estimate_memory(LLAMA_7B, nock.model_copy(update=kw), z))  # noqa: E731
@@ -596,3 +659,68 @@ def test_stage1_fp32_grad_accum_runs_bf16_optimizer_with_full_fp32_gradients() -
     # gradient accumulator from init on, in place of buckets and grads_in_partition
     assert est.phase("after step").total == 2 * psi + 12 * part + 4 * psi + WORKSPACES
     assert est.phase("after init").total == 2 * psi + 4 * part + 4 * psi
+
+
+@pytest.mark.parametrize("stage", [1, 3])
+def test_a_loop_that_keeps_the_outputs_holds_the_logits_from_the_first_forward_on(stage: int) -> None:
+    """`outputs = model(...)` kept through backward and step (tohtana/bench_deep_compile run_acc_lm.py,
+    tohtana/ds_verify_loss verify_loss.py) holds one copy of the logits from the first forward on:
+    fp32 with transformers < 4.46 (the causal-LM forward upcast them), the model's dtype from 4.46 on.
+    Those sources' own after-step memory_allocated exceeds the steady state by exactly that (4 B per
+    logit for Llama-3's 128,256 at 512-4096 tokens; data/published/runs.yaml dc-repo-*). HF Trainer
+    drops it (compute_loss returns the loss): nothing."""
+    s, b, v = 2048, 2, 32000
+    w = Workload(seq_len=s, micro_batch=b, gpus_per_node=8)
+    plain = estimate_memory(LLAMA_7B, w, _zero(stage))
+    for held, width in (("fp32", 4), ("model", 2)):
+        est = estimate_memory(LLAMA_7B, w.model_copy(update={"logits_held": held}), _zero(stage))
+        assert [p.name for p in est.timeline] == [p.name for p in plain.timeline]
+        extra = [p.total - q.total for p, q in zip(est.timeline, plain.timeline, strict=True)]
+        assert extra[0] == 0  # after init: no forward has run
+        assert set(extra[1:]) == {s * b * v * width}
+    assert Workload().logits_held == "none"
+
+
+def test_stage3_on_one_rank_gathers_nothing_but_offloaded_partitions() -> None:
+    """With one data-parallel rank the partition is the whole parameter: DeepSpeed 0.19.8
+    `all_gather_coalesced` returns `_no_gather_coalesced` (partition_parameters.py:1559) and
+    NoGatherHandle points param.data at the partition itself, so no gathered copy and no all-gather
+    buffer exists; a partition offloaded to the host is still copied to the GPU."""
+    w = Workload(gpus_per_node=1, seq_len=512)
+    one = estimate_memory(LLAMA_7B, w, _zero(3))
+    assert all(p.terms_named("gathered parameters") == 0 for p in one.timeline)
+    assert "start of forward (all-gathers in flight)" not in {p.name for p in one.timeline}
+    assert one.phase("after step").by_kind("params") == LLAMA_7B.params * 2  # the partition: the whole model
+    offloaded = estimate_memory(LLAMA_7B, w, _zero(3, "cpu", "cpu"))
+    assert offloaded.phase("end of forward (gathered)").terms_named("gathered parameters") > 0
+    two = estimate_memory(LLAMA_7B, w.model_copy(update={"gpus_per_node": 2}), _zero(3))
+    assert two.phase("end of forward (gathered)").terms_named("gathered parameters") > 0
+
+
+def test_stage3_reduces_a_gradient_larger_than_the_bucket_alone_through_a_copy_of_its_size() -> None:
+    """DeepSpeed 0.19.8 stage3.py:1626 copies a gradient into the contiguous bucket only while it fits
+    reduce_bucket_size; a larger one (HF's "auto" bucket is hidden^2, 16.8M for a 4096-wide model, below
+    its 131M-element head) stays its own tensor and is reduce-scattered alone through a flattened copy
+    of its size. The default 5e8 bucket holds llama-7b's head: no such flush."""
+    w = Workload(gpus_per_node=8)
+    names = lambda est: {p.name for p in est.timeline}  # noqa: E731
+    phase = "flush of a gradient larger than the bucket"
+    assert phase not in names(estimate_memory(LLAMA_7B, w, _zero(3)))
+    est = estimate_memory(LLAMA_7B, w, _zero(3, reduce_bucket_size=4096 * 4096))
+    flush = est.phase(phase)
+    head = LLAMA_7B.largest_tensor * 2
+    assert flush.terms_named("gradient larger than the bucket") == head
+    assert flush.terms_named("flattened gradient (reduce-scatter)") == head
+    checkpoints = 32 * 2 * 2048 * 4096
+    assert flush.by_kind("activations") == checkpoints  # after the head's backward, before any block's
+
+
+def test_a_routed_mlp_keeps_each_dispatched_input_and_expert_output() -> None:
+    """transformers' MixtralSparseMoeBlock: `hidden_states[None, top_x]` copies each token's input for
+    every expert it is routed to, and `expert_layer(current_state) * routing_weights[...]` saves the
+    expert's output: k inputs and k outputs per token where a dense MLP keeps one input, on top of k
+    experts' intermediates."""
+    s, b, h, f, k = 1024, 1, 4096, 14336, 2
+    dense = layer_activation_bytes(s, b, h, 32, kv_heads=8, ffn=f, gated=True)
+    routed = layer_activation_bytes(s, b, h, 32, kv_heads=8, ffn=f, gated=True, experts_per_token=k)
+    assert routed - dense == (k - 1) * 4 * 2 * s * b * f + (2 * k - 1) * 2 * s * b * h

@@ -83,13 +83,13 @@ def test_memory_predict_validate_agree(
 def test_validate_reads_the_micro_batch_deepspeed_infers(cli, tmp_path):
     # validate used to take micro-batch 1 when the config gives train_batch_size and accumulation only
     path = tmp_path / "ds.json"
-    path.write_text(json.dumps({"train_batch_size": 256, "gradient_accumulation_steps": 1,
+    path.write_text(json.dumps({"train_batch_size": 512, "gradient_accumulation_steps": 1,
                                 "bf16": {"enabled": True}, "zero_optimization": {"stage": 2}}))  # fmt: skip
     p = cli("predict", "--config", path, "--json", "--model", "llama-7b", "--profile", "dgx-h100")
     pred = json.loads(p.stdout)
-    assert pred["workload"]["micro_batch"] == 32 and pred["memory"]["fits"] is False
+    assert pred["workload"]["micro_batch"] == 64 and pred["memory"]["fits"] is False
     v = cli("validate", path, "--model", "llama-7b", "--profile", "dgx-h100", "--world-size", "8")
-    assert v.code == 1 and "ZT901" in v.stdout and "micro batch 32" in v.stdout
+    assert v.code == 1 and "ZT901" in v.stdout and "micro batch 64" in v.stdout
 
 
 def test_memory_says_host_ram_was_not_checked_like_predict(cli, tmp_path):

@@ -189,7 +189,7 @@ def test_input_errors_are_one_line(cli, args, message) -> None:
 
 def test_no_configuration_fits_is_an_answer_exit_1_with_json(cli) -> None:
     """Nothing fitting is a finding about the job (exit 1), and --json still prints an object."""
-    args = ("recommend", "--model", "llama3.1-405b", "--profile", "4xrtx4090")
+    args = ("recommend", "--model", "llama3.1-405b", "--profile", "dgx1-v100-16g")
     plain = cli(*args)
     assert plain.code == 1 and "no configuration of llama3.1-405b fits" in plain.stderr
     done = cli(*args, "--json")

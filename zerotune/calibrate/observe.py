@@ -4,6 +4,7 @@ what the log does not say, `--measured` adding a figure. Pure apart from reading
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from zerotune.calibrate.observation import Observation
@@ -36,6 +37,7 @@ def _observation(label: str, scan: Scan, measured: Measured, options: Options, p
         workload = explain.workload_for(job.config, job)
     except (ValueError, TypeError) as exc:
         raise InputError(f"{label}: the job read from it is not valid: {exc}"[:300]) from None
+    measured = _timer_covers_the_step(label, measured, workload.grad_accum, notes)
     for what, source in (("world size", job.world_source), ("sequence length", job.seq_source),
                          ("activation checkpointing", job.checkpointing_source)):  # fmt: skip
         if source == "assumed":
@@ -48,6 +50,28 @@ def _observation(label: str, scan: Scan, measured: Measured, options: Options, p
         f"checkpointing {job.checkpointing} ({job.checkpointing_source})",
     ]
     return Observation(label, job.spec, workload, explain.resolved(job.config, job).zero, measured, said)
+
+
+def _timer_covers_the_step(label: str, measured: Measured, accum: int, notes: list[str]) -> Measured:
+    """DeepSpeed's CurrSamplesPerSec is the train batch over the time of the micro-steps its timer saw
+    (ThroughputTimer.start in each forward, stop in each engine.step(): deepspeed/runtime/engine.py:2946,
+    3622 at 0.19.8). A framework that accumulates by itself and calls engine.step() once per optimizer
+    step (Megatron-DeepSpeed: `micro_step=3/global_step=3` with accumulation 8, 75 samples/s printed for
+    a 16 s, 256-sample step, tests/fixtures/logs/measure/real/alcf_polaris_megatron_ds_ga8_timers.log) gets
+    the batch over one micro-step's time: not a throughput. Such a figure is dropped, and a run left with no
+    figure is refused."""
+    seen = measured.timer_micro_steps
+    if measured.step_s is not None or measured.samples_per_s is None or seen is None or round(seen.value) >= accum:
+        return measured
+    why = (
+        f"{label}: DeepSpeed's throughput timer saw {seen.value:g} micro-step(s) per step ({seen.source}) of the "
+        f"{accum} the step accumulates, so its CurrSamplesPerSec is not the step's rate"
+    )
+    measured = replace(measured, samples_per_s=None)
+    if not measured.has_time and measured.peak_bytes is None:
+        raise InputError(why, hint="turn on wall_clock_breakdown, or give --measured step_time_s=... from the framework's own log")
+    notes.append(why + ": not used")
+    return measured
 
 
 def observations(

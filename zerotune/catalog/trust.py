@@ -20,10 +20,13 @@ once the probe measured host memory rates, median 20.6% (docs/accuracy.md). The 
 miss DeepSpeed's per-step, per-hook and optimizer-step costs; `zerotune calibrate` measures them
 (4.0-8.5% held-out)."""
 
-CATALOG_ERROR_PCT = 25.7
+CATALOG_ERROR_PCT = 30.2
 """Expected throughput error of a prediction from a catalog (datasheet) GPU profile: the throughput MAPE
 of every published source predicted leave-one-source-out (scripts/evidence/loso.py, data/evidence/loso.json
-"overall"; checked by tests/unit/test_published.py): 25.7% over the 153 timed of 197 runs (the 21
+"overall"; checked by tests/unit/test_published.py): 30.2% over the 168 timed of 212 runs since the ninth
+round (2026-11-28, h-pub8) added xtuner's DeepSeek-V2 README, whose three runs the model misses by 283%
+(their per-expert loop over 160 experts under ZeRO-3, docs/accuracy.md), xtuner's Mixtral README (26.3%),
+FlagPerf's ChatGLM3 on A800 (12.4%) and BigScience's 52B GPT-2 on 64 V100s (19.0%); 25.7% over the 153 timed of 197 runs before (the 21
 memory-only runs of tohtana/bench_deep_compile add no timing), as with tohtana/ds_verify_loss in the suite (its
 three runs 29.5%) and over 151 before it. 25.2% over 167 runs
 before DeepSpeed issue 4036, ColossalAI issue 4719 and the Open-Llama README joined the suite (2026-11-28). Each prediction also states its own category's band

@@ -38,6 +38,7 @@ def command(
     activation_offloading: o.ActivationOffloading = None,
     zero_init: o.ZeroInit = None,
     moe_impl: o.MoeImpl = None,
+    logits_held: o.LogitsHeld = None,
     omp_threads: o.OmpThreads = None,
     autocast: o.Autocast = None,
     deepspeed_version: o.DeepspeedVersion = None,

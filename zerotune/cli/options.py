@@ -82,6 +82,7 @@ ZeroInit = Annotated[
     bool | None, typer.Option("--zero-init/--no-zero-init", help=_help("zero_init"), show_default=False)
 ]
 MoeImpl = Annotated[str | None, typer.Option(help=_help("moe_impl"))]
+LogitsHeld = Annotated[str | None, typer.Option(help=_help("logits_held"), show_default=False)]
 OmpThreads = Annotated[int | None, typer.Option(help=_help("omp_threads"), show_default=False)]
 Autocast = Annotated[
     bool | None, typer.Option("--autocast/--no-autocast", help=_help("autocast"), show_default=False)

@@ -127,7 +127,7 @@ def read_job(scan: Scan, options: Options, notes: list[str]) -> explain.Job:
     elif "world_size" in scan.facts:
         fact = scan.facts["world_size"]
         job.world, job.world_source = max(1, int(fact.value)), f"log:{fact.line.number}"  # type: ignore[call-overload]
-    elif (derived := _world_from_batch(scan) or _world_from_launch(scan)) is not None:
+    elif (derived := _world_from_batch(scan) or _world_from_launch(scan) or _world_from_printed(job)) is not None:
         job.world, job.world_source = derived
     if "ranks_per_node" in scan.facts and not said_world:
         job.ranks_per_node = max(1, int(scan.facts["ranks_per_node"].value))  # type: ignore[call-overload]
@@ -362,6 +362,21 @@ def _world_from_batch(scan: Scan) -> tuple[int, str] | None:
         return None
     lines = ", ".join(str(scan.facts[n].line.number) for n in need)
     return max(1, total // (micro * accum)), f"log:{lines} (total batch / (per-device batch × accumulation))"
+
+
+def _world_from_printed(job: explain.Job) -> tuple[int, str] | None:
+    """The batch identity of a config the run printed: DeepSpeed accepted it at start only if train_batch_size =
+    micro-batch × accumulation × data-parallel size (deepspeed/runtime/config.py `_batch_assertion`), so the
+    three integers it shows give that size (accelerate#910: 64 = 32 × 1 × 2)."""
+    if job.config is None or not job.config_source.startswith("log:"):
+        return None
+    values = [job.config.get(k) for k in ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")]
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in values):
+        return None
+    total, micro, accum = values
+    if total % (micro * accum):
+        return None
+    return total // (micro * accum), f"{job.config_source.split(' ')[0]} (the printed config: train batch / (micro-batch × accumulation))"
 
 
 def _world_from_launch(scan: Scan) -> tuple[int, str] | None:

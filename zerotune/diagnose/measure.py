@@ -8,14 +8,21 @@ steps the scan kept (zerotune.diagnose.records.SERIES_MAX): a median ignores the
 (allocator warm-up, compilation) and the odd step with a checkpoint save.
 
 Step time, in order of trust:
-1. DeepSpeed's wall_clock_breakdown: fwd + bwd + step of one optimizer step (it sums the micro-steps);
+1. Megatron's elapsed time per iteration (Megatron-DeepSpeed): the wall clock of whole iterations, where
+   DeepSpeed's timers next to it cover only the engine's forward, backward and step (an ALCF run: 57.0 s
+   of timers in 63.0 s iterations, tests/fixtures/logs/measure/real/alcf_megatron_ds_profiled_step_negative_timers.log)
+   and its throughput timer runs from each forward (or batch fetch) to the step (runtime/engine.py:2946,
+   3622 at 0.19.8: tput_timer.start / stop: 14.29-14.54 s per iteration against the 12.8 s its rate implies,
+   alcf_polaris_megatron_ds_running_avg_iteration.log); the timers, when there, still split the step;
+2. DeepSpeed's wall_clock_breakdown: fwd + bwd + step of one optimizer step (it sums the micro-steps);
    it also splits the step: the `step` timer is the optimizer, `bwd_allreduce` the gradient reduction
    left after the backward compute;
-2. DeepSpeed's ThroughputTimer CurrSamplesPerSec (train batch / the step's elapsed time), or before 0.6
+3. DeepSpeed's ThroughputTimer CurrSamplesPerSec (train batch / the step's elapsed time), or before 0.6
    its SamplesPerSec (the running mean since the timer's start step: deepspeed/utils/timer.py
    avg_samples_per_sec at 0.5);
-3. tqdm's seconds per iteration (HF Trainer: one iteration is one optimizer step);
-4. HF Trainer's final train_runtime / steps (includes start-up, evaluation and saving: the least exact).
+4. tqdm's bar (HF Trainer: one iteration is one optimizer step): its elapsed clock over the iterations
+   (_tqdm_step), its printed rate only when the clock gives nothing;
+5. HF Trainer's final train_runtime / steps (includes start-up, evaluation and saving: the least exact).
 """
 
 from __future__ import annotations
@@ -60,6 +67,8 @@ class Measured:
     peak_bytes: Figure | None = None
     peak_kind: str = "max_allocated"
     """which counter: max_allocated (torch.cuda.max_memory_allocated), max_reserved, nvidia-smi"""
+    timer_micro_steps: Figure | None = None
+    """micro-steps DeepSpeed's throughput timer saw per optimizer step (its line's micro_step / global_step)"""
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     @property
@@ -71,7 +80,7 @@ class Measured:
         of `other` replaces all of this one's (Observation.step prefers step_s to the rates)."""
         updates = {k: v for k, v in vars(other).items() if v is not None and k not in ("notes", "peak_kind")}
         if other.has_time:
-            updates = {"step_s": None, "samples_per_s": None, "tokens_per_s": None} | updates
+            updates = {"step_s": None, "samples_per_s": None, "tokens_per_s": None, "timer_micro_steps": None} | updates
         if other.peak_bytes is not None:
             updates["peak_kind"] = other.peak_kind
         return replace(self, **updates, notes=self.notes + other.notes)
@@ -109,6 +118,9 @@ def from_scan(scan: Scan) -> Measured:
             compute = Figure((fwd.value + inner.value) / 1000, f"{fwd.source}: wall_clock_breakdown fwd + bwd_inner")
         reduce = _median(scan, "bwd_allreduce")
         allreduce = Figure(reduce.value / 1000, reduce.source) if reduce is not None else None
+    iteration = _median(scan, "iteration_ms")
+    if iteration is not None:  # the iteration's wall clock: the timers (kept above) split what they cover of it
+        step = Figure(iteration.value / 1000, f"{iteration.source}: Megatron's elapsed time per iteration")
     samples = _median(scan, "samples_per_s")
     if samples is not None:
         first = (scan.series_lines.get("samples_per_s") or [None])[0]
@@ -116,9 +128,15 @@ def from_scan(scan: Scan) -> Measured:
         field_read = "SamplesPerSec (running mean, DeepSpeed < 0.6)" if old else "CurrSamplesPerSec"
         samples = Figure(samples.value, f"{samples.source}: DeepSpeed {field_read}")
     if step is None and samples is None:
-        per_it = _median(scan, "s_per_it")
-        if per_it is not None:
-            step = Figure(per_it.value, f"{per_it.source}: tqdm s/it")
+        step = _tqdm_step(scan)
+        mean = _hf_mean_step(scan)
+        if step is not None and mean is not None and step.value > mean:
+            notes.append(
+                f"{step.source} gives {step.value:.3g} s per iteration, more than the run's mean step "
+                f"({mean:.3g} s, HF's train_steps_per_second, evaluation and saving included): an evaluation or "
+                "generation bar, not training's: not used"
+            )
+            step = None
     if scan.cache_flushes and (step is not None or samples is not None):
         count = f"{scan.cache_flush_count} " if scan.cache_flush_count else ""
         notes.append(
@@ -142,22 +160,116 @@ def from_scan(scan: Scan) -> Measured:
         allreduce_s=allreduce,
         peak_bytes=_peak(scan)[0],
         peak_kind=_peak(scan)[1],
+        timer_micro_steps=_fact_figure(scan, "timer_micro_per_step", "micro_step / global_step"),
         notes=tuple(notes),
     )
 
 
+CONSTRUCTION_REPORTS = re.compile(
+    r"initiali[sz]|creating fp(?:16|32) partitions|param group|DeepSpeed Engine: (?:Before|After)|bf16_ ?optimizer"
+    r"|converting and partitioning params|Building Model",
+    re.I,
+)
+"""see_memory_usage labels printed while the engine and its optimizer are built, before any step (DeepSpeed
+0.19.8: runtime/engine.py:605-632 `DeepSpeed Engine: After args sanity test` / `Before|After configure
+distributed model`; zero/stage3.py:212-773 `Stage 3 initialize beginning`, `Before|After creating
+fp16|fp32 partitions`, `Before|After initializing optimizer states`, `After initializing ZeRO optimizer`;
+zero/stage_1_and_2.py:456-741 `... param group {i} ...` and the same initializing labels;
+bf16_optimizer.py:54-227 `begin|end bf16_optimizer`, `before|after initializing group {i}`;
+zero/parameter_offload.py:160,234 `DeepSpeedZeRoOffload initialize [begin|end]`;
+zero/partition_parameters.py:1235-1252 `... converting and partitioning params ...`), and Megatron's
+`Before Building Model` (tests/fixtures/logs/measure/bigscience356*). see_memory_usage resets the peak
+counter after each report (runtime/utils.py:848-849), so such a report's Max_MA is the peak of building
+the engine (ZeRO-3 gathering whole weights before partitioning them: 55.83 GiB in DeepSpeed issue 2899),
+not of a training step, which is what the memory model estimates: it is not read as the run's peak."""
+
+
+HF_RATE_DECIMALS = 3
+"""transformers rounds train_steps_per_second to 3 decimals (trainer_utils.speed_metrics `round(steps_per_second, 3)`)."""
+
+
+def _hf_mean_step(scan: Scan) -> float | None:
+    """The longest the run's mean step can be by HF's final train_steps_per_second (its rounding allowed):
+    the whole run over its steps, so no training step takes longer."""
+    rate = scan.facts.get("train_steps_per_s")
+    low = float(rate.value) - 0.5 * 10**-HF_RATE_DECIMALS if rate is not None else 0.0  # type: ignore[arg-type]
+    return 1.0 / low if low > 0 else None
+
+
+def _fact_figure(scan: Scan, name: str, what: str) -> Figure | None:
+    fact = scan.facts.get(name)
+    return Figure(float(fact.value), f"log:{fact.line.number}: {what}") if fact is not None else None  # type: ignore[arg-type]
+
+
+TQDM_WINDOW_S = 20.0
+"""Seconds of tqdm's elapsed clock per measured window: the clock shows whole seconds, so a window this long
+is within 5% (one second of rounding in 20)."""
+
+
+def _tqdm_step(scan: Scan) -> Figure | None:
+    """Seconds per iteration from tqdm's bar: the median over windows of its elapsed clock (at least
+    TQDM_WINDOW_S, from the first iteration's end on: the first one carries the start-up), each bar
+    count taken where it first shows (a bar re-printed for a postfix or another line is no new
+    iteration; a count that goes back is another bar). tqdm's printed rate is a moving average that
+    still carries the slow first steps (PickScore issue 9: 23.44 then 12.13 s/it for 4-6 s steps) and
+    lags a run that slows down (ms-swift issue 8096: 65-71 s/it while the steps took 73-74 s); it is read
+    only when the clock gives no window (one bar, or bars within one second)."""
+    counts, clock = scan.series.get("tqdm_n") or [], scan.series.get("tqdm_elapsed_s") or []
+    windows: list[float] = []
+    anchor: tuple[float, float] | None = None
+    last = anchor
+    for n, elapsed in zip(counts, clock, strict=False):
+        if last is not None and (n < last[0] or elapsed < last[1]):
+            anchor = last = None  # another bar (evaluation, a new epoch's bar)
+        if n < 1 or (last is not None and n == last[0]):
+            continue
+        last = (n, elapsed)
+        if anchor is None:
+            anchor = last
+        elif elapsed - anchor[1] >= TQDM_WINDOW_S:
+            windows.append((elapsed - anchor[1]) / (n - anchor[0]))
+            anchor = last
+    if not windows and anchor is not None and last is not None and last[0] > anchor[0] and last[1] > anchor[1]:
+        windows.append((last[1] - anchor[1]) / (last[0] - anchor[0]))  # one short window: better than the rate
+    lines = scan.series_lines.get("tqdm_n")
+    if windows and lines:
+        return Figure(
+            statistics.median(windows),
+            f"log:{lines[0].number}-{lines[1].number}: tqdm's elapsed clock"
+            + (f" ({len(windows)} windows, median)" if len(windows) > 1 else ""),
+        )
+    per_it = _median(scan, "s_per_it")
+    return Figure(per_it.value, f"{per_it.source}: tqdm s/it") if per_it is not None else None
+
+
 def _peak(scan: Scan) -> tuple[Figure | None, str]:
-    """The highest allocated peak the log prints (ThroughputTimer's MaxMemAllocated, see_memory_usage's
-    Max_MA), else nvidia-smi's highest used memory."""
+    """The highest allocated peak the log prints (ThroughputTimer's MaxMemAllocated, Megatron's and
+    llama-recipes' max allocated (zerotune.diagnose.signals.timers._OTHER_PEAKS), see_memory_usage's
+    Max_MA of the steps, not of building the engine: CONSTRUCTION_REPORTS, nor an unlabelled report
+    (its label line cut off) before the log's first per-step figure), else ms-swift's memory(GiB), a
+    max_reserved peak, else nvidia-smi's highest used memory."""
     best: Figure | None = None
-    fact = scan.facts.get("max_mem_allocated_gb")
-    if fact is not None:
-        best = Figure(float(fact.value) * GiB, f"log:{fact.line.number}: MaxMemAllocated")  # type: ignore[arg-type]
+    for name, scale, what in (
+        ("max_mem_allocated_gb", GiB, "MaxMemAllocated"),
+        ("megatron_max_allocated_mib", 2**20, "Megatron's max allocated (MB = 2**20 bytes)"),
+        ("llama_recipes_max_allocated_gib", GiB, "llama-recipes' max CUDA memory allocated (whole GiB, rounded down)"),
+    ):
+        fact = scan.facts.get(name)
+        if fact is not None and (best is None or float(fact.value) * scale > best.value):  # type: ignore[arg-type]
+            best = Figure(float(fact.value) * scale, f"log:{fact.line.number}: {what}")  # type: ignore[arg-type]
+    firsts = [lines[0].number for lines in scan.series_lines.values() if lines]
+    first_step = min(firsts) if firsts else None
     for report in scan.memory_reports:
+        unlabelled_before_steps = not report.label and (first_step is None or report.line.number < first_step)
+        if CONSTRUCTION_REPORTS.search(report.label) or unlabelled_before_steps:
+            continue  # building the engine, or a report whose label the log cut before any step: not a step's peak
         if best is None or report.max_ma_gb * GiB > best.value:
             best = Figure(report.max_ma_gb * GiB, f"log:{report.line.number}: see_memory_usage Max_MA")
     if best is not None and best.value > 0:
         return best, "max_allocated"
+    swift = scan.facts.get("swift_max_reserved_gib")
+    if swift is not None and float(swift.value) > 0:  # type: ignore[arg-type]
+        return Figure(float(swift.value) * GiB, f"log:{swift.line.number}: ms-swift memory(GiB) (max reserved)"), "max_reserved"  # type: ignore[arg-type]
     smi = scan.facts.get("nvidia_smi_used_mib")
     if smi is not None:
         return Figure(int(smi.value) * 2**20, f"log:{smi.line.number}: nvidia-smi"), "nvidia-smi"  # type: ignore[call-overload]

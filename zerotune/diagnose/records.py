@@ -217,8 +217,13 @@ class Scan:
     """the latest traceback frame line, of any code (the raise site when an exception line follows)"""
     last_frame_cause: Event | None = None
     """the latest frame of a family (a traceback cut before its exception line ends with it)"""
+    last_frame_import: LogLine | None = None
+    """the latest traceback frame whose source line is an import statement (signals.frames)"""
     nccl_transport: list[LogLine] = field(default_factory=list)
     """NCCL found no InfiniBand device and runs its inter-node traffic over TCP sockets"""
+    port_conflicts: list[Event] = field(default_factory=list)
+    """the rendezvous store (or accelerate's launcher) finding the master port held by another process
+    (value: the port, when the line names it)"""
     hangs: list[Event] = field(default_factory=list)
     """signs of a stuck job: interrupted by hand, a py-spy dump, a rendezvous/store barrier timeout"""
     init_line: LogLine | None = None

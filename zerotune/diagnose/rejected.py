@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 from typing import Any
 
 from zerotune.diagnose.report import Diagnosis, LintFinding
@@ -60,12 +61,22 @@ def rejected_config(base: dict[str, Any] | None, d: Diagnosis) -> dict[str, Any]
     return cfg
 
 
+def _file_values(node: Any) -> Any:
+    """`node` without the floats a config file cannot hold (inf, nan): a trainer passed them in code (accelerate's
+    "steps_per_print": inf), and the linter would read their JSON spelling as an unquoted placeholder (ZT003)."""
+    if isinstance(node, dict):
+        return {k: _file_values(v) for k, v in node.items() if not (isinstance(v, float) and not math.isfinite(v))}
+    if isinstance(node, list):
+        return [_file_values(v) for v in node]
+    return node
+
+
 def lint_config(config: dict[str, Any], *, world: int | None, seq_len: int, hf: bool = False) -> list[LintFinding]:
     from zerotune.dsconfig.load import load_text
     from zerotune.lint.context import LintOptions
     from zerotune.lint.runner import lint
 
-    loaded = load_text(json.dumps(config, indent=2), "<config>")
+    loaded = load_text(json.dumps(_file_values(config), indent=2), "<config>")
     found = lint(loaded, LintOptions(world_size=world, seq_len=seq_len, hf=hf))
     return [
         LintFinding(code=x.code, severity=x.severity.value, message=x.message, pointer=x.pointer)

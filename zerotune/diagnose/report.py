@@ -27,6 +27,7 @@ Cause = Literal[
     "checkpoint",
     "zero3_param",
     "client_optimizer_offload",
+    "port_in_use",
     "hang",
     "slow",
     "unclassified",
@@ -36,7 +37,8 @@ Cause = Literal[
 `op_build`: a DeepSpeed op (cpu_adam, fused_adam, ...) fails to compile or load; `fp16_overflow`: the
 loss scale hit its minimum, or the loss is NaN/inf under fp16; `checkpoint`: saving, loading or
 converting a checkpoint failed; `zero3_param`: a ZeRO-3 partitioned parameter used outside the
-engine; `client_optimizer_offload`: ZeRO-Offload refused a client optimizer; `hang`: stuck with no
+engine; `client_optimizer_offload`: ZeRO-Offload refused a client optimizer; `port_in_use`: the
+rendezvous store could not bind the master port, another process held it; `hang`: stuck with no
 collective timeout; `unclassified`: a failure (traceback, non-zero exit) we do not recognise;
 `none`: no failure."""
 

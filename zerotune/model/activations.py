@@ -20,7 +20,8 @@ their term-by-term accounting and generalises it to today's models:
   act(gate) and their product, 4·E·s·b·f (what each activation keeps: ACTIVATION_TENSORS; ReLU 1 and
   GPT-2's Python gelu_new 5 instead of GELU's 2); a fused SwiGLU kernel (Liger `LigerSiLUMulFunction`)
   saves only gate and up and recomputes act(gate) in backward, 3·E·s·b·f with the product that
-  down_proj keeps. MoE: each token runs `experts_per_token` MLPs.
+  down_proj keeps. MoE: each token runs `experts_per_token` MLPs, and the routing keeps each
+  dispatched input copy and each expert's output (weighted by its routing probability).
 - Dropout masks (1 byte per element) only where the model's config has nonzero dropout (OPT, GPT-2, Phi-2,
   Megatron's GPT): HF keeps dropout on in training (`model.train()`); Llama-family configs set none. T5's blocks
   (cross-attention, a dropout inside the MLP) are not measured and keep the plain GELU, no-dropout accounting.
@@ -226,6 +227,13 @@ def layer_activation_bytes(
     norms = 1 if shared_norm else 2
     if shared_norm:  # the MLP's norm input and fc1's input are the attention's norm input and QKV input
         mlp -= 2 * e * sbh
+    if experts_per_token > 1:
+        # a routed MLP keeps, per token and expert it is sent to, the dispatched copy of its input
+        # (`hidden_states[None, top_x]`, an index that copies) and the expert's output, which the
+        # routing-weight multiply saves (`expert_layer(current_state) * routing_weights[...]`,
+        # transformers MixtralSparseMoeBlock.forward): k inputs and k outputs where a dense MLP keeps
+        # its one input
+        mlp += (2 * experts_per_token - 1) * e * sbh
     extra = 0
     if plain_rmsnorm:
         extra += norms * rmsnorm_extra * sbh

@@ -11,6 +11,8 @@ Terms (bytes of one rank; e = model dtype, Ψ parameters, part = ⌈Ψ/N_d⌉, R
 
 - S, the steady state between steps: parameters, fp32 master partition, optimizer moments, and at
   stage 3 the gradient partition buffer (`grad_partitions_flat_buffer`) and the contiguous bucket;
+- the start of backward (`backward_start`): autograd's first nodes one at a time, the loss's buffers,
+  then the head's weight gradient, then the recomputed last block, never the three together;
 - stage 0 (deepspeed/runtime/engine.py `allreduce_gradients` -> `buffered_allreduce_fallback` ->
   `allreduce_bucket`): after autograd, all Ψ gradients plus a flattened copy of ≤ 5e8 elements of them;
 - stage 1/2 (runtime/zero/stage_1_and_2.py): `setup_buckets` allocates the R-element bucket (two
@@ -157,6 +159,8 @@ class StepInputs(NamedTuple):
     """the torch optimizer runs torch's multi-tensor (foreach) implementation (`optimizer_temporaries`)"""
     blas_workspaces: int = 0
     """bytes of the cuBLAS workspaces live from the first forward on (CUDA ranks; `cublas_workspace_bytes`)"""
+    held_logits: int = 0
+    """bytes of the logits the training loop keeps from the first forward on (Workload.logits_held)"""
 
 
 def with_host(s: StepInputs, phases: tuple[Phase, ...]) -> tuple[Phase, ...]:
@@ -194,12 +198,12 @@ def steady(s: StepInputs) -> tuple[Term, ...]:
     # the device-side staging buffer of the largest parameter, made at init
     # (stage_1_and_2.py __init__ `temp_grad_buffer_for_gpu_offload`)
     staging = s.largest_tensor * s.elem if s.offload and s.stage in (1, 2) else None
-    return _steady(s.params, staging, s.master, s.moments, s.blas_workspaces)
+    return _steady(s.params, staging, s.master, s.moments, s.blas_workspaces, s.held_logits)
 
 
 @lru_cache(maxsize=4096)
-def _steady(params: int, staging: int | None, master: int, moments: int, blas: int) -> tuple[Term, ...]:
-    """`steady` on the five numbers it reads: the search's thousands of timelines share a few steady
+def _steady(params: int, staging: int | None, master: int, moments: int, blas: int, held: int = 0) -> tuple[Term, ...]:
+    """`steady` on the numbers it reads: the search's thousands of timelines share a few steady
     states (the knobs it varies move the step's transient terms, not these)."""
     terms = [_t("parameters", PARAMS, params)]
     if staging is not None:
@@ -210,6 +214,11 @@ def _steady(params: int, staging: int | None, master: int, moments: int, blas: i
         terms.append(_t("optimizer moments", OPTIMIZER, moments))
     if blas:
         terms.append(_t(BLAS_WORKSPACES, OVERHEAD, blas))
+    if held:
+        # A loop that keeps `outputs` holds the last forward's logits through its backward and step,
+        # and into the next forward until the model returns the new ones: live at every phase from
+        # the first forward on, as one copy (the new logits replace the old only when assigned).
+        terms.append(_t(HELD_LOGITS, ACTIVATIONS, held))
     return tuple(terms)
 
 
@@ -217,11 +226,12 @@ def before_first_step(base: tuple[Term, ...], *, keep_moments: bool = False) -> 
     """What of the steady state `deepspeed.initialize` has made: no matmul has run yet (no cuBLAS
     workspace), and the optimizer makes its moments at its first step unless `keep_moments` (the
     16-bit wrappers that initialise them at init)."""
-    gone = (BLAS_WORKSPACES,) if keep_moments else (BLAS_WORKSPACES, "optimizer moments")
+    gone = (BLAS_WORKSPACES, HELD_LOGITS) if keep_moments else (BLAS_WORKSPACES, HELD_LOGITS, "optimizer moments")
     return tuple(t for t in base if t.label not in gone)
 
 
 BLAS_WORKSPACES = "cuBLAS workspaces"
+HELD_LOGITS = "logits the training loop keeps"
 
 CUBLAS_WORKSPACES = 2
 """Threads that run matmuls in a training step: the Python thread (forward) and the autograd engine's
@@ -282,6 +292,23 @@ def activations_left(walk: tuple[tuple[int, int], ...], reduced: int) -> tuple[i
     return left, 0
 
 
+def backward_start(s: StepInputs, live: tuple[Term, ...]) -> tuple[Phase, ...]:
+    """The first nodes of backward, one at a time (memory_facts.ActivationPhases): the loss's backward
+    (the activation peak), the head's (its weight gradient, the first parameter gradient, next to the
+    gradient of the logits) and, with checkpointing, the last block re-materialised while that
+    gradient waits in its bucket. `live`: what else is live throughout."""
+    grad = _t("first gradient", GRADS, s.largest_tensor * s.elem)
+    phases = [
+        Phase("start of backward", "backward", live + (_t("activations", ACTIVATIONS, s.acts.backward),)),
+        Phase("head backward (weight gradient)", "backward", live + (_t("activations", ACTIVATIONS, s.acts.head), grad)),
+    ]
+    if s.acts.recompute:
+        phases.append(
+            Phase("last block recomputed", "backward", live + (_t("activations", ACTIVATIONS, s.acts.recompute), grad))
+        )
+    return tuple(phases)
+
+
 @lru_cache(maxsize=8192)
 def timeline_below_stage3(s: StepInputs) -> tuple[Phase, ...]:
     """Phases of a stage 0/1/2 step (module docstring)."""
@@ -308,12 +335,7 @@ def _device_phases(s: StepInputs) -> tuple[Phase, ...]:
             # `setup_buckets`); only the boundary's epilogue releases it (`_release_ipg_buffers`)
             carried += (_t("reduce bucket set up by the first micro-step", BUFFERS, buffers * e),)
     fwd = Phase("end of forward", "forward", base + carried + (_t("activations", ACTIVATIONS, s.acts.forward),))
-    start = Phase(
-        "start of backward",
-        "backward",
-        base + carried + (_t("activations", ACTIVATIONS, s.acts.backward), _t("first gradient", GRADS, s.largest_tensor * e)),
-    )
-    phases = [Phase("after init", "init", init), fwd, start]
+    phases = [Phase("after init", "init", init), fwd, *backward_start(s, base + carried)]
     if s.stage == 1 and s.grad_accum_width > e == 2 and not s.offload:
         return _bf16_optimizer(s, phases)
     if s.stage < 2:

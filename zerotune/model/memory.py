@@ -85,6 +85,18 @@ def _compute_capability(hardware: HardwareProfile | None) -> str | None:
     return gpu.compute_capability if gpu is not None else None
 
 
+def held_logits_bytes(workload: Workload, vocab: int) -> int:
+    """Bytes of the logits a training loop that keeps the model's output holds (Workload.logits_held):
+    seq·micro·V in the model's dtype (transformers >= 4.46: `LlamaForCausalLM.forward` returns the head's
+    output and its loss, `loss_utils.ForCausalLMLoss`, upcasts a copy) or in fp32 (before 4.46 the
+    causal-LM forward itself ran `logits = logits.float()` when labels were given, transformers
+    v4.45 models/llama/modeling_llama.py, "TODO: remove the float() operation in v4.46")."""
+    if workload.logits_held == "none":
+        return 0
+    width = 4 if workload.logits_held == "fp32" else DTYPE_BYTES[workload.precision]
+    return workload.seq_len * workload.micro_batch * vocab * width
+
+
 def _slack(hardware: HardwareProfile | None) -> int:
     """What a run on this machine measured beyond (or below) the estimate: `gpu.memory_slack_bytes`,
     fitted by `zerotune calibrate --from-log` (zerotune/calibrate/from_log.py); 0 when not measured."""
@@ -223,7 +235,13 @@ def estimate_memory(
     par_dev = zero.offload_param.device if stage == 3 else "none"
     sb = config_state_bytes(workload, zero, offload=opt_dev != "none")
     persistent = gathered = kept = in_flight = 0
-    if stage == 3:
+    # One data-parallel rank holds every parameter whole as its partition: ZeRO-3 then gathers nothing,
+    # `all_gather_coalesced` hands out the partition itself (DeepSpeed 0.19.8 partition_parameters.py:1559
+    # `_no_gather_coalesced` when every partition group has one rank; NoGatherHandle, :74, points
+    # `param.data` at `ds_tensor.data.to(device)`, the same tensor while it is on the GPU). Offloaded
+    # partitions are still copied to the GPU.
+    gathers = n_d > 1 or (zero.offload_param.device if stage == 3 else "none") != "none"
+    if stage == 3 and gathers:
         persistent = persistent_of(facts, zero.param_persistence_threshold, zero.model_persistence_threshold)
         kept = reuse_kept_elements(
             facts,
@@ -312,6 +330,7 @@ def estimate_memory(
         zero_init=workload.zero_init,
         foreach=not gloo if foreach is None else foreach,
         blas_workspaces=0 if gloo else CUBLAS_WORKSPACES * cublas_workspace_bytes(_compute_capability(hardware)),
+        held_logits=held_logits_bytes(workload, facts.vocab),
     )
     timeline = timeline_stage3(inputs) if stage == 3 else timeline_below_stage3(inputs)
     kinds = peak(timeline).kinds()

@@ -16,6 +16,8 @@ from zerotune.model.activations import (
     EAGER_16BIT_SOFTMAX,
     EAGER_FP32_QK,
     GEMMA_RMSNORM_EXTRA_BYTES,
+    LOGIT_BYTES,
+    NATIVE_LOGIT_COPIES,
     RMSNORM_EXTRA_BYTES,
     activation_bytes,
     autocast_loss,
@@ -257,14 +259,44 @@ log-softmax output (4 B), and under 16-bit training the 16-bit gradient of the l
 
 @dataclass(frozen=True, eq=False)
 class ActivationPhases:
-    """Activation bytes at the end of forward and at the start of backward, and how backward frees
+    """Activation bytes at the phases of forward and backward where they peak, and how backward frees
     them: per layer in backward order, (parameter elements, activation bytes freed by its backward).
     One instance per distinct input (activation_phases is cached), so it hashes by identity: cheap as
-    part of a cache key."""
+    part of a cache key.
+
+    Autograd runs backward one node at a time, so the loss's buffers, the head's weight gradient and
+    the recomputed last block are never live together (torch/csrc/autograd/engine.cpp evaluates the
+    graph node by node and frees a node's saved tensors and its input gradients once it has run):
+    - `backward`: the loss's backward, the activation peak: the loss buffers at their fullest, the
+      checkpoints (or every block's activations), nothing recomputed yet;
+    - `head`: the head's backward, which makes the head's weight gradient: the loss has freed its
+      buffers but the gradient of the logits (`head_freed`);
+    - `recompute`: with checkpointing, the last block re-materialised (transformers'
+      `GradientCheckpointingLayer` / torch.utils.checkpoint run its forward again when autograd
+      reaches it, after the head's backward), the head's activations gone; 0 without checkpointing."""
 
     forward: int
     backward: int
     walk: tuple[tuple[int, int], ...]
+    head: int = 0
+    recompute: int = 0
+    after_head: int = 0
+    """once the head's backward is done, before any block's: the checkpoints (or every block's
+    activations), the head's own freed"""
+
+
+def head_freed(cross_entropy: str, elem_bytes: int) -> int:
+    """Bytes per logit the loss's backward frees before the head's backward runs: of the loss's peak
+    (zerotune.model.activations `head_activation_bytes`) only the gradient of the logits, in the
+    logits' dtype, is left for the head's matmul. HF's fp32 loss: LOGIT_BYTES less the E-byte gradient
+    (the fp32 gradients are cast back to E bytes, `ToCopyBackward`); torch's loss on the 16-bit
+    logits: NATIVE_LOGIT_COPIES·E less one E; a fused softmax cross-entropy writes its gradient into
+    the logits (nothing freed); a fused linear cross-entropy keeps no logits."""
+    if cross_entropy == "fp32":
+        return LOGIT_BYTES - elem_bytes
+    if cross_entropy == "native":
+        return (NATIVE_LOGIT_COPIES - 1) * elem_bytes
+    return 0
 
 
 @lru_cache(maxsize=4096)
@@ -281,9 +313,12 @@ def activation_phases(
     checkpoint_in_cpu: bool = False,
     autocast: bool = False,
 ) -> ActivationPhases:
-    """`activations_of` (the start of backward) split into phases: at the end of forward the loss's
-    backward buffers (LOGIT_GRAD_BYTES) and, with checkpointing, the block recomputed in backward are
-    not allocated yet; backward frees the head's share first, then one block's share per block."""
+    """`activations_of` (every activation backward ever holds) split into the phases where they are
+    live (ActivationPhases): at the end of forward the loss's backward buffers (LOGIT_GRAD_BYTES) and,
+    with checkpointing, the block recomputed in backward are not allocated yet; the loss's backward
+    holds the loss buffers but no recomputed block; the head's backward the gradient of the logits
+    only; the recomputed block comes after both. Backward frees the head's share first, then one
+    block's share per block (`walk`)."""
     total = activations_of(
         facts,
         seq,
@@ -313,10 +348,21 @@ def activation_phases(
     for tensors, is_block in zip(reversed(facts.layer_tensors), reversed(facts.layer_is_block), strict=True):
         elements = sum(tensors)
         walk.append((elements, per_block if is_block else 0))
+    loss = total - recompute
+    freed = head_freed(cross_entropy, e) * seq * micro * facts.vocab
     if walk:
+        # the head (or final norm) frees the rest of the head's share; the loss's own buffers are gone
+        # before any parameter gradient exists (the head's backward follows the loss's)
         first = walk[0]
-        walk[0] = (first[0], first[1] + head)  # the head (or final norm) frees the loss buffers
-    return ActivationPhases(forward=max(forward, 0), backward=total, walk=tuple(walk))
+        walk[0] = (first[0], first[1] + max(head - freed, 0))
+    return ActivationPhases(
+        forward=max(forward, 0),
+        backward=loss,
+        walk=tuple(walk),
+        head=max(loss - freed, 0),
+        recompute=blocks if recompute else 0,
+        after_head=blocks - recompute,
+    )
 
 
 def reuse_distances(
@@ -412,21 +458,27 @@ def reuse_kept_elements(
 
 
 def gathered_elements(facts: Facts, zero: ZeroSettings, persistent: int, kept: int = 0) -> int:
-    """Stage 3: full (gathered) parameter elements live at once, besides the persistent ones.
+    """Stage 3: full (gathered) parameter elements live at once, besides the persistent ones, at the
+    activation peak (end of forward, start of backward), all-gathers in flight included.
 
-    At the activation peak (end of forward, start of backward): what `reuse_kept_elements` keeps,
-    or the module being computed if larger (a whole block, whose modules are reused within the
-    distance when it covers a block; one tensor when it does not), plus what the prefetcher fetches
-    ahead: min(prefetch_bucket_size, max_live_parameters − in use) elements
-    (partitioned_param_coordinator.py `fetch_sub_module`); `allgather_sequential` turns prefetch off.
-    Never more than the model.
+    What `reuse_kept_elements` keeps, or the module being computed if larger (a whole block, whose
+    modules are reused within the distance when it covers a block; one tensor when it does not), plus
+    what the prefetcher has issued ahead. Once the trace is complete, every module's fetch issues one
+    more prefetch of ≤ prefetch_bucket_size elements (at least one parameter), capped by
+    max_live_parameters minus what is already available or in flight (partitioned_param_coordinator.py
+    `_fetch_sub_module_impl`, DeepSpeed 0.19.8 lines 453-457), and every module, parameter-less ones (rotary,
+    activation, attention wrappers) included, calls it from its pre-forward and pre-backward hooks
+    (parameter_offload.py `_register_deepspeed_module`, which hooks each child recursively). A block
+    runs far more modules than it has prefetch buckets of parameters, so from the first blocks on the
+    available-or-in-flight count sits at max_live_parameters (`first_fetch_elements`), not one bucket
+    above what is in use: the kept tail plus one bucket, or that fill if larger. `allgather_sequential`
+    turns prefetch off. Never more than the model.
     """
     block = facts.largest_layer if zero.max_reuse_distance >= facts.largest_layer else facts.largest_tensor
     current = max(block, kept)
     prefetch = 0 if zero.allgather_sequential else zero.prefetch_bucket_size
     prefetch = min(prefetch, max(0, zero.max_live_parameters - current))
-    return min(current + prefetch, facts.psi - persistent)
-
+    return min(max(current + prefetch, first_fetch_elements(facts, zero, persistent)), facts.psi - persistent)
 
 
 def first_fetch_elements(facts: Facts, zero: ZeroSettings, persistent: int) -> int:

@@ -16,9 +16,11 @@ partitioned_param_coordinator.py).
   there once) and the activations. Measured on the engine (data/evidence/memory_engine.json, every
   stage-3 row): the end of forward is exactly the steady state, the gathered model and the
   activations, with no further all-gather in flight.
-- Backward: at its start the activations and the loss gradients; the gradients are reduce-scattered
-  bucket by bucket into the partition buffer (`__reduce_and_partition_ipg_grads`), and each module's
-  parameters are released after its backward; at the end only the steady state is left.
+- Backward: the loss's backward (the activation peak), then the head's (its weight gradient), then
+  with checkpointing the last block re-materialised (live_bytes `backward_start`); the gradients are
+  reduce-scattered bucket by bucket into the partition buffer (`__reduce_and_partition_ipg_grads`),
+  each module's parameters are released after its backward while the prefetcher keeps the max_live
+  fill gathered or in flight for the modules ahead; at the end only the steady state is left.
 - Step (`_prepare_fp32_grad_for_sub_group`): per sub-group of ≤ `sub_group_size` elements, the
   gradients are flattened (a new tensor, the model dtype) and cast to fp32 (a second one unless the
   model is fp32), then the optimizer updates (a torch optimizer's temporaries: live_bytes `_step`).
@@ -38,6 +40,7 @@ from zerotune.model.live_bytes import (
     StepInputs,
     Term,
     activations_left,
+    backward_start,
     before_first_step,
     optimizer_temporaries,
     steady,
@@ -88,16 +91,6 @@ def timeline_stage3(s: StepInputs) -> tuple[Phase, ...]:
         )
         + ((Term("all-gather output (gloo)", BUFFERS, GLOO_THREADS * waited),) if s.gloo else ()),
     )
-    start = Phase(
-        "start of backward",
-        "backward",
-        base
-        + (
-            gathered,
-            Term("activations", ACTIVATIONS, s.acts.backward),
-            Term("first gradient", GRADS, s.largest_tensor * e),
-        ),
-    )
     # Each bucket flush reduce-scatters through `__avg_scatter_grads` (the default
     # `reduce_scatter: true`), whose `reduce_scatter_coalesced` (runtime/comm/coalesced_collectives.py)
     # interleaves the bucket's gradients into one new flat tensor of the bucket's elements in the
@@ -105,17 +98,44 @@ def timeline_stage3(s: StepInputs) -> tuple[Phase, ...]:
     # `reduce_scatter_tensor` works on a copy of that input (measured on the engine: a second
     # allocation of the same size inside deepspeed/comm/torch.py `reduce_scatter_tensor`). The first
     # flush holds the end of the model, whose backward has freed its activations and released its
-    # parameters; without contiguous gradients the bucket's gradients are separate tensors.
+    # parameters; without contiguous gradients the bucket's gradients are separate tensors. The
+    # prefetcher keeps issuing through backward as through forward (memory_facts `gathered_elements`):
+    # besides what is still kept, up to the max_live fill (`in_flight_bytes`) is gathered or in flight
+    # for the modules still ahead, none once the rest of the trace holds no more (a model smaller
+    # than the bucket flushes once, at the end of backward, with nothing left to fetch).
     fill = min(s.bucket, s.psi)
+    ahead = min(s.in_flight_bytes, max(s.psi - fill, 0) * e)
     left, _ = activations_left(s.acts.walk, fill)
     flush = (
         Term("flattened bucket (reduce-scatter)", BUFFERS, fill * s.comm_elem * (2 if s.gloo else 1)),
-        Term("gathered parameters", PARAMS, max(s.gathered_bytes - fill * e, 0)),
+        Term("gathered parameters", PARAMS, max(s.gathered_bytes - fill * e, ahead)),
         Term("activations", ACTIVATIONS, left if fill < s.psi else 0),
     )
     if not s.contiguous:
         flush += (Term("bucket gradients", GRADS, fill * e),)
     reduce = Phase("bucket flush (reduce-scatter)", "backward", base + flush)
+    # A gradient larger than the bucket is never copied into it (stage3.py:1626 copies only while the
+    # bucket's elements plus the gradient's fit reduce_bucket_size): it stays its own tensor and the
+    # next gradient's hook reduce-scatters it alone (stage3.py:1583), through a flattened copy of its
+    # size. The largest tensor is the head (or embedding), reduced right after the head's backward,
+    # which has released the head's parameters: what else is gathered then, or one prefetch bucket
+    # issued by the next module's fetch.
+    oversized = ()
+    if s.contiguous and s.largest_tensor > s.bucket:
+        big = s.largest_tensor
+        oversized = (
+            Phase(
+                "flush of a gradient larger than the bucket",
+                "backward",
+                base
+                + (
+                    Term("gradient larger than the bucket", GRADS, big * e),
+                    Term("flattened gradient (reduce-scatter)", BUFFERS, big * s.comm_elem * (2 if s.gloo else 1)),
+                    Term("gathered parameters", PARAMS, max(s.gathered_bytes - big * e, min(s.prefetch_bytes, ahead))),
+                    Term("activations", ACTIVATIONS, s.acts.after_head),
+                ),
+            ),
+        )
     if s.offload:
         step = Phase("optimizer step", "step", base)
     else:
@@ -134,7 +154,8 @@ def timeline_stage3(s: StepInputs) -> tuple[Phase, ...]:
         Phase("after init", "init", init),
         *((first_fetch,) if s.in_flight_bytes else ()),
         fwd,
-        start,
+        *backward_start(s, base + (gathered,)),
+        *oversized,
         reduce,
         Phase("end of backward", "backward", base),
         step,

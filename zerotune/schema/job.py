@@ -33,6 +33,7 @@ ATTENTIONS = ("sdpa", "flash", "flash3", "flash4", "eager")
 CROSS_ENTROPIES = ("fp32", "native", "fused", "fused_linear")
 KERNELS = ("plain", "fused")
 MOE_IMPLS = ("grouped", "loop")
+LOGITS_HELD = ("none", "model", "fp32")
 CHOICES = {
     "attention": ATTENTIONS,
     "cross_entropy": CROSS_ENTROPIES,
@@ -40,6 +41,7 @@ CHOICES = {
     "rmsnorm": KERNELS,
     "rotary": KERNELS,
     "moe_impl": MOE_IMPLS,
+    "logits_held": LOGITS_HELD,
 }
 LIGER_KERNELS = {"cross_entropy": "fused_linear", "swiglu": "fused", "rmsnorm": "fused", "rotary": "fused"}
 """What `--liger` switches on: Liger's `apply_liger_kernel_to_llama` defaults (rope, swiglu, rms_norm,
@@ -53,6 +55,7 @@ WORKLOAD_OPTIONS = (
     "activation_offloading",
     "zero_init",
     "moe_impl",
+    "logits_held",
     "omp_threads",
     "autocast",
     "deepspeed_version",
@@ -145,6 +148,12 @@ class JobInputs:
     moe_impl: str | None = _said(
         None,
         "MoE experts: grouped (one grouped GEMM) or loop (HF transformers' per-expert loop; default grouped).",
+    )
+    logits_held: str | None = _said(
+        None,
+        "The training loop keeps the model's output (its logits) through backward and the step, as a loop "
+        "binding `outputs = model(...)` does: none (HF Trainer; default), model (transformers >= 4.46 return "
+        "them in the model's dtype) or fp32 (transformers < 4.46 upcast them).",
     )
     omp_threads: int | None = _said(
         None,

@@ -12,6 +12,7 @@ Attention = Literal["sdpa", "flash", "flash3", "flash4", "eager"]
 CrossEntropy = Literal["fp32", "native", "fused", "fused_linear"]
 Kernel = Literal["plain", "fused"]
 MoeImpl = Literal["grouped", "loop"]
+LogitsHeld = Literal["none", "model", "fp32"]
 
 DEFAULT_SEQ_LEN = 2048
 """Tokens per sequence when none is given: GPT-3's and LLaMA-1's pre-training context (Brown et al. 2020,
@@ -66,6 +67,14 @@ class Workload(BaseModel):
         False,
         description="the forward runs under torch.autocast over 16-bit weights (DeepSpeed's torch_autocast "
         "section): eager attention's softmax and torch's cross-entropy on the logits keep fp32 copies",
+    )
+    logits_held: LogitsHeld = Field(
+        "none",
+        description="the training loop keeps the model's output, its logits, alive from the forward through "
+        "backward and the optimizer step until the next forward returns (a loop that binds `outputs = "
+        "model(...)` and calls backward on `outputs.loss`; HF Trainer's compute_loss returns only the loss): "
+        "none | model (logits in the model's dtype: transformers >= 4.46, whose loss upcasts a copy) | fp32 "
+        "(transformers < 4.46 upcast the returned logits themselves when labels are given)",
     )
     swiglu: Kernel = Field("plain", description="fused: one kernel that recomputes act(gate) in backward")
     rmsnorm: Kernel = Field("plain", description="fused: a kernel that keeps only its input (no fp32 copy)")

@@ -31,6 +31,7 @@ ADVICE: dict[str, Callable[[Diagnosis, Scan, Job], FixOut]] = {
     "checkpoint": training.checkpoint,
     "zero3_param": training.zero3_param,
     "client_optimizer_offload": setup.client_optimizer,
+    "port_in_use": setup.port_in_use,
     "hang": runtime.hang,
     "slow": runtime.slow,
     "unclassified": runtime.unclassified,

@@ -71,6 +71,20 @@ def nccl_error(d: Diagnosis, scan: Scan, job: Job) -> FixOut:
             [shm_change("NCCL could not create its shared-memory segment: /dev/shm is full")],
             "Remove stale nccl-* files from /dev/shm; NCCL_SHM_DISABLE=1 works around it at some speed cost.",
         )
+    if details == {"system"}:
+        return unchecked(
+            [
+                Change(
+                    key="(environment) NCCL_DEBUG",
+                    old=None,
+                    new="WARN",
+                    reason="ncclSystemError: a system call NCCL made failed; the WARN line names it (socket, "
+                    "shared memory, munmap)",
+                )
+            ],
+            "In a container the usual one is NCCL's shared-memory transport in a 64 MB /dev/shm: start it with "
+            "--ipc=host or a larger --shm-size; between nodes, check the interface NCCL picked (NCCL_SOCKET_IFNAME).",
+        )
     if "duplicate_gpu" in details:
         # NCCL refuses two ranks on one device (init.cc); each rank must select its own GPU before
         # deepspeed.initialize / zero.Init build their communicators (DeepSpeed issue 1604)

@@ -11,8 +11,10 @@ from zerotune.diagnose.report import Change, Diagnosis, FixOut
 from zerotune.diagnose.signals.config import (
     ACCELERATE_PLUGIN,
     ACCELERATE_PREPARE,
+    OPTIMIZER_PAIRING,
     PARALLEL_LAYOUT,
     ZERO3_LOADING,
+    ZERO_STAGE_FEATURE,
 )
 from zerotune.diagnose.signals.memory import unset_swapper
 
@@ -68,6 +70,43 @@ def config_rejected(d: Diagnosis, scan: Scan, job: Job) -> FixOut:
             ],
             "Pick the GPU count, tensor/pipeline/expert-parallel sizes and the layer or expert count so each "
             "divides the one it splits.",
+        )
+    if rej is not None and rej.model == OPTIMIZER_PAIRING:
+        key = rej.fields[0].field if rej.fields else "scheduler"
+        message = rej.fields[0].message if rej.fields else ""
+        if "in the config file and in the code" in message:
+            new, text = (
+                "in one place only",
+                f"Remove the {key} section from the DeepSpeed config, or build accelerate's Dummy stand-in for it "
+                "in the code so the config's one is used.",
+            )
+        elif "without specifying" in message or "DummyScheduler` in the code" in message:
+            new, text = (
+                "a section in the DeepSpeed config",
+                f"accelerate's Dummy {key} stands in for the config's section: add it to the config, or build the "
+                f"real {key} in the code (a Dummy scheduler also needs the Dummy optimizer).",
+            )
+        else:
+            new, text = (
+                "a scheduler section in the DeepSpeed config",
+                'With an optimizer in the DeepSpeed config, give the config a scheduler too (WarmupLR or '
+                'WarmupDecayLR with "auto" values), or use a transformers release that accepts an HF scheduler '
+                "with it.",
+            )
+        return unchecked([Change(key=key, old="as the code and config have it", new=new, reason=message[:200])], text)
+    if rej is not None and rej.model == ZERO_STAGE_FEATURE:
+        stage = rej.fields[0].value if rej.fields else None
+        return unchecked(
+            [
+                Change(
+                    key="zero_optimization.stage",
+                    old="another stage",
+                    new=int(stage) if stage and stage.isdigit() else f"stage {stage or 'the message names'}",
+                    reason=(rej.fields[0].message if rej.fields else "a feature of one ZeRO stage")[:200],
+                )
+            ],
+            "Or turn the feature off at this stage (for transformers' ZeRO inference: evaluate or predict without "
+            "DeepSpeed, or with the stage-3 config).",
         )
     if rej is not None and rej.model == ZERO3_LOADING:
         return unchecked(
@@ -226,4 +265,23 @@ def client_optimizer(d: Diagnosis, scan: Scan, job: Job) -> FixOut:
             )
         ],
         'Or keep the script\'s optimizer and set "zero_force_ds_cpu_optimizer": false (slower CPU step).',
+    )
+
+
+def port_in_use(d: Diagnosis, scan: Scan, job: Job) -> FixOut:
+    port = next((e.value for e in scan.port_conflicts if e.value is not None), None)
+    held = f":{port}" if port is not None else ":<port>"
+    return unchecked(
+        [
+            Change(
+                key="(launcher) --master_port / MASTER_PORT",
+                old=port,
+                new="a free port",
+                reason="each job on a node needs its own rendezvous port (deepspeed/torchrun --master_port, "
+                "accelerate --main_process_port, MASTER_PORT for launchers that read the environment)",
+            )
+        ],
+        f"If no other job should hold it, a process of an earlier run still does: find it with `ss -ltnp | grep {held}` "
+        "and end it. Under slurm or mpirun on one node, start the launcher once per node, not once per rank "
+        "(deepspeed --force_multi with --launcher slurm/openmpi), so only rank 0 binds the port.",
     )

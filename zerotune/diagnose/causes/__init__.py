@@ -43,6 +43,7 @@ CAUSES: tuple[CauseRule, ...] = (
     CauseRule("op_build", ("build_errors",), setup.op_build),
     CauseRule("config_rejected", ("rejections",), setup.config_rejected),
     CauseRule("client_optimizer_offload", ("client_optimizer",), setup.client_optimizer),
+    CauseRule("port_in_use", ("port_conflicts",), setup.port_in_use),
     CauseRule("gpu_oom", ("ooms",), memory.gpu_oom),
     CauseRule("nvme_aio", ("aio_errors", "swap_refusals"), memory.nvme_aio),
     CauseRule("zero3_param", ("zero3_errors",), training.zero3_param),
@@ -58,7 +59,10 @@ CAUSES: tuple[CauseRule, ...] = (
     CauseRule("slow", ("nccl_transport",), collectives.socket_transport, consequence=True),
     CauseRule("slow", ("cache_flushes",), memory.cache_flushes, consequence=True),
     CauseRule("fp16_overflow", ("fp16",), training.fp16_overflow_seen, consequence=True),
-    *(CauseRule(cause, ("frame_causes",), stopped.located(cause), fallback=True) for cause in stopped.LOCATED_TEXT),
+    *(
+        CauseRule(cause, ("frame_causes", "last_frame"), stopped.located(cause), fallback=True)
+        for cause in stopped.LOCATED_TEXT
+    ),
     CauseRule("op_build", ("old_compiler",), stopped.old_compiler, fallback=True),
     CauseRule("nccl_error", ("collectives",), collectives.nccl_warned, fallback=True),
     CauseRule(

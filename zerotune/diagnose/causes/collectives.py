@@ -38,6 +38,28 @@ def nccl_desync(scan: Scan, offload_configured: bool) -> Diagnosis | None:
             collective=CollectiveInfo(kind="desync", seq=seq, ranks=ranks),
             line=min(c.line.number for c in calls),
         )
+    skewed = nccl.skewed_collectives(scan)
+    if skewed is not None and not (ds or desync_lines):
+        order = sorted(skewed, key=lambda c: (c.seq or 0, c.rank if c.rank is not None else -1))
+        ranks = sorted({c.rank for c in skewed if c.rank is not None})
+        seqs = sorted({c.seq for c in skewed if c.seq is not None})
+        shown = "; ".join(
+            f"rank {c.rank if c.rank is not None else '?'} at #{c.seq}: {c.numel:,} elements" for c in order[:6]
+        )
+        return Diagnosis(
+            cause="nccl_desync",
+            title="Ranks at different collectives when the watchdog fired",
+            explanation=(
+                f"The ranks timed out in {skewed[0].op} calls of different sizes at different sequence numbers "
+                f"(#{seqs[0]} to #{seqs[-1]}; {shown}). A collective finishes on all its ranks together, so ranks "
+                "running the same calls wait in the same one: these issued different sequences of collectives. "
+                "The ranks took different code paths, e.g. a batch without an image skipping a vision tower, or "
+                "a mixture-of-experts layer gathering only its routed experts."
+            ),
+            evidence=evidence([c.line for c in order]),
+            collective=CollectiveInfo(kind="desync", seq=seqs[0], ranks=ranks),
+            line=min(c.line.number for c in skewed),
+        )
     if not (ds or desync_lines):
         return None
     ranks = (

@@ -1,6 +1,6 @@
 """Causes that stop a job before or as it starts: a DeepSpeed config rejected (pydantic, batch
 assertions, HF's mismatch check), incompatible library versions, a DeepSpeed op that does not build,
-ZeRO-Offload refusing a client optimizer."""
+ZeRO-Offload refusing a client optimizer, a master port another process holds."""
 
 from __future__ import annotations
 
@@ -73,6 +73,11 @@ def version_mismatch(scan: Scan, offload_configured: bool) -> Diagnosis | None:
             "a module) that the installed release of another does not have. Align the versions the message "
             "names (the releases the training framework pins)."
         )
+    if any("initialize your accelerator" in line.text for line in scan.version_errors):
+        text += (
+            " accelerate refused a state built outside an Accelerator(): the trainer (transformers, trl) of another "
+            "release than the installed accelerate, or a script using accelerate before creating its Accelerator."
+        )
     versions = ", ".join(
         f"{name.replace('_version', '')} {scan.facts[name].value}"
         for name in ("deepspeed_version", "torch_version", "cuda_version", "transformers_version")
@@ -122,6 +127,20 @@ def config_rejected(scan: Scan, offload_configured: bool) -> Diagnosis | None:
         text = (
             f"A size the parallel layout must divide does not ({keys}): the run was refused at start-up, before "
             "any step (DeepSpeed's expert/tensor/pipeline groups, Megatron's layer split)."
+        )
+    elif rej.model == config.OPTIMIZER_PAIRING:
+        text = (
+            "The trainer refused how the DeepSpeed config and the code share the optimizer and the scheduler "
+            f"({keys}): each comes from the config or from the code, and the trainer's stand-ins (accelerate's "
+            "DummyOptim/DummyScheduler) need the section they stand for; the transformers 4.30-4.33 Trainer also "
+            "refused a config optimizer without a config scheduler."
+        )
+    elif rej.model == config.ZERO_STAGE_FEATURE:
+        stage = rej.fields[0].value if rej.fields else None
+        text = (
+            f"The run asked for a feature that works only at ZeRO stage {stage or 'another stage'}, and the config "
+            "sets another stage: the check refused it before training (DeepSpeed's own config checks, or transformers' "
+            "ZeRO inference, which evaluates and predicts through DeepSpeed only under stage 3)."
         )
     elif rej.model == config.ZERO3_LOADING:
         text = (
@@ -180,4 +199,25 @@ def client_optimizer(scan: Scan, offload_configured: bool) -> Diagnosis | None:
         ),
         evidence=evidence(scan.client_optimizer),
         line=scan.client_optimizer[0].number,
+    )
+
+
+def port_in_use(scan: Scan, offload_configured: bool) -> Diagnosis | None:
+    kinds = {e.kind for e in scan.port_conflicts}
+    if "in_use" not in kinds and not {"bind", "listen"} <= kinds:
+        return None  # an errno-98 warning for one address alone: the other may have bound
+    port = next((e.value for e in scan.port_conflicts if e.value is not None), None)
+    named = f"port {port}" if port is not None else "the master port"
+    return Diagnosis(
+        cause="port_in_use",
+        title=f"Master {named} already in use",
+        explanation=(
+            f"The job stopped at start-up: rank 0 starts torch.distributed's rendezvous store (a TCP server) on "
+            f"MASTER_PORT, and {named} was already held by another process on this machine (errno 98, EADDRINUSE). "
+            "That is another job on the same node using the same port (29500 unless set), a process left over "
+            "from an earlier run, or a launch that starts more than one master (a scheduler running the launcher "
+            "once per rank)."
+        ),
+        evidence=evidence([e.line for e in scan.port_conflicts]),
+        line=scan.port_conflicts[0].line.number,
     )

@@ -116,7 +116,9 @@ def located(cause: CauseName) -> Callable[[Scan, bool], Diagnosis | None]:
         if where is None or where.kind != cause or finished_after(scan) is not None:
             return None
         lines = [where.line] + scan.exceptions[:1]
-        by = {"exception": "exception type", "raised": "raise site"}.get(str(where.value), "traceback frame")
+        by = {"exception": "exception type", "raised": "raise site", "import": "last frame, an import statement,"}.get(
+            str(where.value), "traceback frame"
+        )
         return Diagnosis(
             cause=cause,
             title=f"Failure located {LOCATED_TEXT[cause].split(' (')[0]}",

@@ -19,12 +19,22 @@ MAX_CONFIG_LINES = 4000
 # ---- the config dump ------------------------------------------------------------------------------------------
 
 
+_NON_FINITE = re.compile(r"(?<=[:\[,])(\s*)(-?)(inf|nan)(?=\s*[,\]}]|\s*$)", re.M)
+"""A float DeepSpeed's dump prints as Python does: its ScientificNotationEncoder writes a float above 1e3 as
+f"{o:e}" and others as f"{o}" (deepspeed/runtime/config_utils.py), so float("inf") comes out `inf`, which JSON
+lacks (accelerate's default "steps_per_print": inf, huggingface/accelerate#910). Read as JSON's Infinity/NaN."""
+
+
+def _finite_json(text: str) -> str:
+    return _NON_FINITE.sub(lambda m: m.group(1) + m.group(2) + ("Infinity" if m.group(3) == "inf" else "NaN"), text)
+
+
 def _config_done(scan: Scan, texts: list[str], depth: int) -> None:
     if depth > 0:
         scan.config_error = "the config dump did not close"
         return
     try:
-        value = json.loads("\n".join(texts))
+        value = json.loads(_finite_json("\n".join(texts)))
     except (ValueError, RecursionError) as exc:
         scan.config_error = f"the config dump is not JSON: {exc}"
         return
@@ -215,14 +225,35 @@ def _batch_assert(hit: Hit) -> None:
 _DS_CONFIG_ASSERTS = re.compile(
     r"zero stage (\d) requires an optimizer|ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"
     r"|bfloat16 and fp16 modes cannot be simultaneously enabled|MoE is not supported with ZeRO Stage 3"
-    r"|is not supported with ZeRO stage \d|is only supported with ZeRO Stage"
+    r"|is not supported with ZeRO stage \d"
 )
 """DeepSpeed's config assertions in the engine and DeepSpeedConfig (runtime/engine.py
 _configure_zero_optimizer, _configure_optimizer; runtime/config.py _do_error_check; pipe/engine.py at
 0.19.8): the config asks for a combination DeepSpeed refuses."""
 
 
+_STAGE_ONLY = re.compile(
+    r"\bonly (?:supported|makes sense|works|available|allowed) (?:with|for|in|under) (?:DeepSpeed )?"
+    r"ZeRO[- ]?(?:[Ss]tage[- ]?)?(\d(?:(?:,\s*(?:or\s+)?|\s+or\s+|\s+and\s+)\d)*)",
+)
+"""A feature that one ZeRO stage alone provides, refused at another: DeepSpeed's own checks (runtime/config.py
+_do_error_check: "Fp16_master_weights_and_grads is only supported with ZeRO Stage 2"), transformers' ZeRO inference
+(integrations/deepspeed.py deepspeed_init: "ZeRO inference only makes sense with ZeRO Stage 3 - please adjust your
+config", raised when the Trainer evaluates or predicts through DeepSpeed under a stage-2 config: ChatGLM3#864, fixed by
+the stage-3 config), and the frameworks' "Parameter offloading is only supported with ZeRO stage 3". The stage it
+names is in the message; a logger's warning that falls back (a `WARNING` line) is no refusal."""
+ZERO_STAGE_FEATURE = "a ZeRO-stage check"
+
+
 def _deepspeed_config_error(hit: Hit) -> None:
+    if (m := _STAGE_ONLY.search(hit.line.text)) is not None and not re.search(
+        r"warn", hit.line.text[: m.start()], re.I
+    ):
+        if 'f"' in hit.line.text or ".format(" in hit.line.text:
+            return  # the check's source line quoted by a traceback
+        field = FieldError("zero_optimization.stage", hit.line.text.strip()[:200], m.group(1))
+        hit.scan.add(hit.scan.rejections, Rejection(hit.line, "assert", model=ZERO_STAGE_FEATURE, fields=[field]))
+        return
     m = _DS_CONFIG_ASSERTS.search(hit.line.text)
     if m and 'f"' not in hit.line.text and "assert " not in hit.line.text and ".format(" not in hit.line.text:
         key = "optimizer" if "requires an optimizer" in m.group(0) else "zero_optimization.stage"
@@ -289,6 +320,32 @@ train_micro_batch_size_per_gpu from the batch_size of the dataloaders passed to 
 integer one it refuses before deepspeed.initialize. Its wording changed ("... or alternatively set an integer
 value in `train_micro_batch_size_per_gpu`", 0.2x; "... dataloaders with `batch_size` attribute returning an
 integer value", 1.x: kohya-ss/musubi-tuner#44), its opening did not."""
+
+
+_OPTIMIZER_PAIRING = re.compile(
+    r"Found `optimizer` configured in the DeepSpeed config, but no `scheduler`"
+    r"|You cannot (?:specify an? (optimizer|scheduler) in the config file and in the code"
+    r"|create a `Dummy(Optim|Scheduler)` without specifying)"
+    r"|You can only specify `accelerate\.utils\.DummyScheduler` in the code"
+)
+OPTIMIZER_PAIRING = "the optimizer/scheduler pairing"
+"""The trainer refusing how the DeepSpeed config and the code share the optimizer and the scheduler, before
+deepspeed.initialize: accelerate's `_prepare_deepspeed` (accelerate/accelerator.py) takes each from the config or
+from the code, never both ("You cannot specify an optimizer in the config file and in the code at the same time"),
+and its DummyOptim/DummyScheduler stand in only for a section the config has; transformers 4.30 to 4.33 refused a
+DeepSpeed optimizer with an HF scheduler ("Found `optimizer` configured in the DeepSpeed config, but no
+`scheduler`": huggingface/transformers#24359, where the maintainer confirms a later release accepts it; LMFlow
+PR 616's notes date the change to 4.30.0). The fix is in the config's optimizer and scheduler sections."""
+
+
+def _optimizer_pairing(hit: Hit) -> None:
+    m = _OPTIMIZER_PAIRING.search(hit.line.text)
+    if m is None or 'f"' in hit.line.text:
+        return
+    named = m.group(1) or (m.group(2) or "").lower().replace("optim", "optimizer")
+    key = named or "scheduler"
+    field = FieldError(key, hit.line.text.strip()[:200])
+    hit.scan.add(hit.scan.rejections, Rejection(hit.line, "assert", model=OPTIMIZER_PAIRING, fields=[field]))
 
 
 def _accelerate_ignored(hit: Hit) -> None:
@@ -371,6 +428,7 @@ _VERSION = re.compile(
     r"|TypeError: [\w.]*\(\) got (?:an unexpected keyword argument|multiple values for keyword argument) '\w+'"
     r"|^\s*(?:[\w.]+\.)?\w*(?:Error|Exception): .*\b[Vv]ersion mismatch"
     r"|ProcessGroup nccl ?does not support \w+"
+    r"|properly initialize your accelerator via"
 )
 """A library object without an attribute its caller uses, or a call with a keyword the callee does not
 take (an API that moved between the releases of DeepSpeed, transformers, accelerate or the training
@@ -378,7 +436,11 @@ framework installed together: e.g. Megatron-DeepSpeed PR 316, LLaMA-Factory issu
 version mismatch too. So is torch's c10d refusing a collective its NCCL process group does not implement
 ("ProcessGroup nccl does not support _reduce_scatter_base"): the DeepSpeed installed calls a collective
 the installed torch lacks (huggingface/accelerate#1098: torch 1.11 with a newer DeepSpeed; upgrading the
-pair fixed it)."""
+pair fixed it). accelerate's "Please make sure to properly initialize your accelerator via `accelerator =
+Accelerator()` ..." is its AcceleratorState built outside an Accelerator (state.py `_from_accelerator`): the trainer
+of another release (transformers, trl) reaching for a state the installed accelerate sets up otherwise
+(huggingface/accelerate#3428 and trl#2555: accelerate 1.4.0 with DeepSpeed 0.16.4, fixed by accelerate 0.34.2), or a
+script using accelerate before creating its Accelerator."""
 """CUDA toolkit vs torch (DeepSpeed's CUDAMismatchException, torch.utils.cpp_extension's check), a
 library too old or too new for its caller (transformers' dependency checks, a name or submodule that
 moved between releases)."""
@@ -435,6 +497,7 @@ SIGNALS = (
             rb"ValueError",
             rb"`deepspeed_config_file`",  # accelerate's DeepSpeedPlugin refusal (its ValueError may be cut)
             rb"RuntimeError",
+            rb"You can",  # accelerate's optimizer/scheduler refusals, pasted without their ValueError
         ),
         (
             _pydantic,
@@ -443,6 +506,7 @@ SIGNALS = (
             _deepspeed_config_error,
             _fraction,
             _accelerate_ignored,
+            _optimizer_pairing,
             _loading_or_layout,
         ),
     ),
@@ -460,6 +524,7 @@ SIGNALS = (
             rb"PyTorch \(",
             rb"does not support _",  # c10d: "ProcessGroup nccl does not support _reduce_scatter_base"
             rb"Please (?:upgrade|update|install)",
+            rb"your accelerator via",  # accelerate's AcceleratorState built outside an Accelerator
             rb"_sync context manager is incompatible",  # DeepSpeed 0.16.0's no_sync assertion vs the HF Trainer of its time
         ),
         (_version,),

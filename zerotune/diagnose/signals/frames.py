@@ -116,11 +116,21 @@ def frame_family(text: str, families: tuple[tuple[str, re.Pattern[str]], ...] = 
     return next((cause for cause, pattern in families if pattern.search(where)), None)
 
 
+_IMPORT_SOURCE = re.compile(r"^\s*(?:\[rank\d+\]:\s*)?(?:from\s+[\w.]+\s+import\s|import\s+[\w.]+\s*(?:$|,|\sas\s))")
+"""Python's source line under a frame that is an import statement (`from transformers.deepspeed import
+HfDeepSpeedConfig`, `import deepspeed`)."""
+
+
 def _last_frame(hit: Hit) -> None:
     """Any traceback frame, of a family or not: with no `Traceback` header or exception line in the log
-    (an excerpt cut on both sides), the frames alone still show that the run failed."""
+    (an excerpt cut on both sides), the frames alone still show that the run failed. A frame whose source
+    line (the next line, Python's format) is an import statement is remembered: a traceback cut right
+    after it failed importing (located)."""
     if _where(hit.line.text) is not None:
         hit.scan.last_frame = hit.line
+        source = hit.data[hit.end + 1 : hit.end + 1 + 512].split(b"\n", 1)[0].decode("utf-8", "replace")
+        if _IMPORT_SOURCE.match(source):
+            hit.scan.last_frame_import = hit.line
 
 
 def _frame(hit: Hit) -> None:
@@ -162,11 +172,17 @@ a bf16 model under an fp16 config) and the loss scaler's backward all raise it."
 def located(scan: Scan) -> Event | None:
     """The family of the failure: the first exception raised in code of a family (RAISED_IN), else the
     deepest family frame before the first exception line (its stack), else the last family frame in
-    the log (a traceback cut before its exception line), else the first exception of a family. None when
+    the log (a traceback cut before its exception line), else the first exception of a family. A traceback
+    cut right after an import statement (no exception line in the log) failed importing. None when
     the first exception is a dtype mismatch (DTYPE_MISMATCH): its message, not its place, says what failed."""
     first: LogLine | None = scan.exceptions[0] if scan.exceptions else None
     if first is not None and DTYPE_MISMATCH.search(first.text):
         return None
+    if first is None and scan.last_frame is not None and scan.last_frame_import is scan.last_frame:
+        # a traceback cut right after a frame whose statement is an import: the import raised (an ImportError
+        # or ModuleNotFoundError the cut lost, as EXCEPTION_FAMILIES reads them; LMFlow#913's
+        # `from transformers.deepspeed import HfDeepSpeedConfig`, a module transformers 4.46 removed)
+        return Event(scan.last_frame, "version_mismatch", "import")
     raised = [e for e in scan.frame_causes if e.value == "raised" and first is not None and e.line == first]
     if raised:
         return raised[0]

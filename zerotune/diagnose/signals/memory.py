@@ -241,12 +241,16 @@ _MA = re.compile(r"MA (\d+(?:\.\d+)?) GB\s+Max_MA (\d+(?:\.\d+)?) GB\s+CA (\d+(?
 
 
 def _memory_report(hit: Hit) -> None:
-    """see_memory_usage's GPU line; its label is on the line before. The latest ones are kept."""
+    """see_memory_usage's GPU line; its label is on the line before (the logger's line, or the bare
+    line before a bare `MA ...` where the logger prints without its prefix). The latest ones are kept."""
     m = _MA.search(hit.line.text)
     if not m:
         return
     prev = hit.previous_text()
-    label = prev.split("see_memory_usage]", 1)[1].strip() if "see_memory_usage]" in prev else ""
+    if "see_memory_usage]" in prev:
+        label = prev.split("see_memory_usage]", 1)[1].strip()
+    else:
+        label = prev.strip() if hit.line.text.lstrip().startswith("MA ") else ""
     reports = hit.scan.memory_reports
     if len(reports) >= MAX_EVENTS:
         reports.pop(0)

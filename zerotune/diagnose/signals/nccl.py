@@ -41,6 +41,12 @@ communicator exists: newer torch reports the same wait as the watchdog's timeout
 (rank 0 tokenising for 30 min: LlamaFactory#2424's ALLREDUCE SeqNum=2, Finetune-ChatGLM2-6B#13's
 store->get). Other errors there (`Connection reset by peer`, `Broken pipe`) say rank 0's store went away."""
 
+_SYSTEM_ERROR = re.compile(r"unhandled system error|ncclSystemError")
+"""NCCL's ncclSystemError: a system call NCCL made failed ("socket, malloc, munmap", newer NCCL "or external
+library call failed or device error"); NCCL_DEBUG=WARN names the call. Its shared-memory transport maps
+segments in /dev/shm, which a Docker container gets at 64 MB unless started with --ipc=host or --shm-size:
+HRNet/DEKR#18 and LianjiaTech/BELLE#136, each fixed by --ipc=host."""
+
 MAX_WARNINGS = 5
 """NCCL WARN lines kept (a few show what failed; they must not crowd timeouts out of the bounded list)."""
 
@@ -83,7 +89,17 @@ def _failure(hit: Hit) -> None:
             r"NCCL error|nccl\w+Error|NCCL communicator was aborted|DistNetworkError|Duplicate GPU detected", text
         )
     ):
-        detail = "shm" if shm else "ib_completion" if ib else "duplicate_gpu" if "Duplicate GPU detected" in text else None
+        detail = (
+            "shm"
+            if shm
+            else "ib_completion"
+            if ib
+            else "duplicate_gpu"
+            if "Duplicate GPU detected" in text
+            else "system"
+            if _SYSTEM_ERROR.search(text)
+            else None
+        )
         s.add(s.collectives, CollectiveFailure(hit.line, "error", rank=rank, detail=detail))
     elif "NCCL WARN" in text and sum(c.kind == "warn" for c in s.collectives) < MAX_WARNINGS:
         s.add(s.collectives, CollectiveFailure(hit.line, "warn", rank=rank))
@@ -140,6 +156,24 @@ def split_collective(scan: Scan) -> tuple[int, list[CollectiveFailure]] | None:
     for seq, calls in sorted(by_seq.items()):
         if len({(c.op, c.numel) for c in calls}) > 1:
             return seq, calls
+    return None
+
+
+def skewed_collectives(scan: Scan) -> list[CollectiveFailure] | None:
+    """Ranks whose watchdogs timed out at different sequence numbers of the same op with different element
+    counts. Each rank's watchdog names the oldest collective it still waits in (ProcessGroupNCCL's workMetaList
+    is checked in issue order); a collective finishes on all its ranks together, so with the same calls on every
+    rank that oldest number is the same everywhere. Different numbers with different sizes mean the ranks did
+    not issue the same sequence: a rank behind, still in a large call the others matched with a smaller one
+    (2U1/Qwen-VL-Series-Finetune#17: rank 0 at #959 in a 545M-element ALLREDUCE, ranks 1-5 at #963 in a
+    2,560-element one, text-only batches skipping the vision tower)."""
+    calls = [c for c in scan.collectives if c.kind == "timeout" and c.seq is not None and c.op and c.numel]
+    for op in sorted({c.op for c in calls if c.op}):
+        same = [c for c in calls if c.op == op]
+        if len({c.seq for c in same}) > 1 and len({c.numel for c in same}) > 1:
+            by_seq = {c.seq: {x.numel for x in same if x.seq == c.seq} for c in same}
+            if all(not (a & b) for i, a in enumerate(by_seq.values()) for b in list(by_seq.values())[i + 1 :]):
+                return same
     return None
 
 

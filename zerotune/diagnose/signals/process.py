@@ -119,6 +119,53 @@ def _killed(hit: Hit) -> None:
         hit.scan.add(hit.scan.kills, Kill(hit.line, 9 if by_kernel else None))
 
 
+# ---- a master port already in use ----------------------------------------------------------------
+
+_PORT_IN_USE = re.compile(
+    r"\bEADDRINUSE\b|^(?:[\w.]+\.)?\w*Error: Address already in use\s*$"
+    r"|failed to listen on any local network address.*\(errno: 98 - Address already in use\)"
+    r"|Tried to launch distributed communication on port"
+)
+"""The master port held by another process when rank 0 starts the rendezvous store (TCPStore's server) on
+MASTER_PORT, in the lines that end the attempt: torch 2.x's one line (DistNetworkError: `port: 29500, useIpv6: 0,
+code: -98, name: EADDRINUSE`), torch 1.x's bare `RuntimeError: Address already in use` from the TCPStore
+constructor (the text torch elastic's create_c10d_store compares, torch/distributed/elastic/utils/distributed.py
+`_ADDRESS_IN_USE`), the RuntimeError that joins c10d's per-address reasons ("failed to listen on any local
+network address. The server socket has failed to bind to [::]:29500 (errno: 98 ...)"), and accelerate's own
+check before launching (accelerate/utils/launch.py `prepare_multi_gpu_env`: "Tried to launch distributed
+communication on port `29500`, but another process is utilizing it"). DeepSpeed's launcher prints none of its
+own: it passes --master_port to the ranks (deepspeed/launcher/launch.py sets MASTER_PORT). Not gloo's `pair.cc
+... bind: Address already in use` (its own ephemeral ports) nor a server's `OSError: [Errno 98]` (a web app's
+port): neither is the master port."""
+
+_BIND_IN_USE = re.compile(r"failed to bind to \S+ \(errno: 98 - Address already in use\)")
+"""c10d's warning for one address (socket.cpp tries IPv6, then IPv4): not the end by itself, another address may
+still bind; the attempt failed when "failed to listen on any local network address" follows."""
+
+_LISTEN_FAILED = "failed to listen on any local network address"
+
+_PORT = re.compile(r"bind to \S*:(\d+) \(errno: 98|port: (\d+), useIpv6|on port `?(\d+)")
+
+
+def _port_in_use(hit: Hit) -> None:
+    """The attempt's end (kind `in_use`), c10d's per-address errno-98 warnings (`bind`) and its bare "failed to
+    listen" line (`listen`): causes.setup.port_in_use needs an end, or a failed listen after an errno-98 bind."""
+    text = hit.line.text
+    kind = (
+        "in_use"
+        if _PORT_IN_USE.search(text)
+        else "bind"
+        if _BIND_IN_USE.search(text)
+        else "listen"
+        if _LISTEN_FAILED in text
+        else None
+    )
+    if kind is not None:
+        m = _PORT.search(text)
+        port = int(next(g for g in m.groups() if g is not None)) if m else None
+        hit.scan.add(hit.scan.port_conflicts, Event(hit.line, kind, port))
+
+
 # ---- a stuck job ---------------------------------------------------------------------------------------
 
 _HANG = (
@@ -225,6 +272,16 @@ SIGNALS = (
             rb"CalledProcessError",
         ),
         (_failed,),
+    ),
+    Signal(
+        "port_conflicts",
+        (
+            rb"Address already in use",
+            rb"EADDRINUSE",
+            rb"Tried to launch distributed communication",
+            rb"The server socket has failed to listen",
+        ),
+        (_port_in_use,),
     ),
     Signal(
         "hangs",

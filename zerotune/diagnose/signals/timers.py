@@ -18,9 +18,14 @@ Who prints each line, at DeepSpeed 0.19.8 / transformers 4.x:
   steps_per_print optimizer steps; CurrSamplesPerSec = train batch size / that step's elapsed time.
   Releases before 0.6 print `0/40, SamplesPerSec=83.48, MemAllocated=..` (DeepSpeed issue 1825).
 - `{'train_runtime': 225.8, 'train_samples_per_second': 3.543, 'train_steps_per_second': 0.886, ...}`:
-  transformers' Trainer.train (its `speed_metrics`, trainer_utils.py) once at the end; tqdm's bar
-  `200/200 [03:45<00:00,  1.13s/it]` once per optimizer step.
+  transformers' Trainer.train (its `speed_metrics`, trainer_utils.py) once at the end, the values quoted
+  (`'train_steps_per_second': '0.185'`) where the caller formats them as strings (LLaMA-Factory, ms-swift);
+  then `Trainer.log_metrics` (trainer_pt_utils.py) prints the same figures one a line,
+  `  train_steps_per_second   =      0.185`, the runtime as a timedelta (`_secs2timedelta`:
+  `0:36:58.55`, `1 day, 2:03:04.56`); tqdm's bar `200/200 [03:45<00:00,  1.13s/it]` once per
+  optimizer step.
 - nvidia-smi's table: `|  40536MiB / 81920MiB |` per GPU (memory used / total).
+- Megatron's iteration line (`_ITERATION_MS`), next to DeepSpeed's lines in Megatron-DeepSpeed runs.
 
 They come once per step per rank, so they are read in bulk per block (findall), not one by one. A number
 is digits with an optional fraction: prose quoting a field (`SamplesPerSec=...`) is not a figure and
@@ -50,30 +55,87 @@ _BREAKDOWN_NAMES = {
 }
 _THROUGHPUT = (
     re.compile(rb"CurrSamplesPerSec=(\d+(?:\.\d+)?)"),  # DeepSpeed >= 0.6 timer line
-    re.compile(rb"'train_samples_per_second': (\d+(?:\.\d+)?)"),  # HF Trainer's final metrics
+    re.compile(rb"'train_samples_per_second': '?(\d+(?:\.\d+)?)"),  # HF Trainer's final metrics
 )
 _THROUGHPUT_OLD = re.compile(rb"SamplesPerSec=(\d+(?:\.\d+)?)")  # older DeepSpeed: no Curr/RunningAvg
 _MAXMEM = re.compile(rb"MaxMemAllocated=(\d+(?:\.\d+)?)GB")
+_TIMER_STEPS = re.compile(rb"micro_step=(\d+)/global_step=(\d+), RunningAvgSamplesPerSec=")
+"""The throughput line's counters (ThroughputTimer.stop, deepspeed/utils/timer.py): micro_step counts every
+stop() (each engine.step() call), global_step the accumulation boundaries; their ratio is how many
+micro-steps the timer saw per optimizer step."""
+_OTHER_PEAKS = {
+    "megatron_max_allocated_mib": re.compile(rb"memory \(MB\) \| allocated: [\d.]+ \| max allocated: (\d+(?:\.\d+)?)"),
+    "llama_recipes_max_allocated_gib": re.compile(rb"Max CUDA memory allocated was (\d+) GB", re.I),
+}
+"""torch.cuda.max_memory_allocated as other frameworks print it: Megatron-LM's report_memory (`[Rank 0] (after
+10 iterations) memory (MB) | allocated: ... | max allocated: 14024.8`, divided by 1024 * 1024: MiB) and
+llama-recipes' MemoryTrace (`Max CUDA memory allocated was 47 GB`, byte2gb = int(x / 2**30): whole GiB,
+rounded down; the gauge is reset at each epoch's start, so it is the training's peak)."""
+_SWIFT_MEMORY = re.compile(rb"'memory\(GiB\)': '?(\d+(?:\.\d+)?)")
+"""ms-swift's logging dict (`'memory(GiB)': '39.34'`): swift/trainers/callback.py get_max_cuda_memory, the
+process's torch.cuda.max_memory_reserved / 1024**3 (summed over its devices only when one process spans
+several, device_map model parallel: not a DeepSpeed run)."""
+_ITERATION_MS = re.compile(rb"elapsed[ _]time[ _]per[ _]iteration(?: \(ms\):|_ms=) *(\d+(?:\.\d+)?)")
+"""Megatron-LM's training_log line (Megatron-DeepSpeed, GPT-NeoX alike): `elapsed time per iteration (ms):
+14287.5`, the wall clock of the last log interval over its iterations (data loading included); ALCF's
+Megatron-DeepSpeed logs it as `elapsed_time_per_iteration_ms=16030.6`."""
 
 
 _TQDM = re.compile(rb"\[[\d:]+<[\d:?]+, +(\d+(?:\.\d+)?)(s/it|it/s)")  # starts with a literal: a fast scan
 """tqdm's bar: `12/200 [00:30<07:50,  2.50s/it]` (or `it/s` when faster than one a second)."""
+_TQDM_ELAPSED = re.compile(rb"(\d+)/\d+ \[(\d+(?::\d\d){1,2})<[\d:?]+, +\d+(?:\.\d+)?(?:s/it|it/s)")
+"""tqdm's count and elapsed time, `5/3527 [04:17<63:50:18, 65.25s/it` (a bar with its rate: a bar
+quoted in prose, `[00:05<00:05, ...s/it]`, is no figure): its rate is a smoothed one (an exponential moving
+average, tqdm's smoothing=0.3), its elapsed time the wall clock since the bar started (tqdm
+format_interval: [H:]MM:SS, whole seconds); zerotune.diagnose.measure reads steps from the elapsed time."""
 _HF_FINAL = {
-    "train_runtime_s": re.compile(rb"'train_runtime': (\d+(?:\.\d+)?)"),
-    "train_steps_per_s": re.compile(rb"'train_steps_per_second': (\d+(?:\.\d+)?)"),
-    "train_samples_per_s": re.compile(rb"'train_samples_per_second': (\d+(?:\.\d+)?)"),
+    name: re.compile(
+        rb"['\"]" + key + rb"['\"]: ['\"]?(\d+(?:\.\d+)?)|(?:^|[\s\]:#>|])" + key + rb" +=[ \t]+" + value + rb"[ \t]*\r?$", re.M
+    )
+    for name, key, value in (
+        ("train_runtime_s", rb"train_runtime", rb"(?:(\d+) days?, )?(\d+):(\d\d):(\d\d(?:\.\d+)?)"),
+        ("train_steps_per_s", rb"train_steps_per_second", rb"(\d+(?:\.\d+)?)"),
+        ("train_samples_per_s", rb"train_samples_per_second", rb"(\d+(?:\.\d+)?)"),
+    )
 }
+"""HF's final figures in the metrics dict (a number, or a quoted one; JSON's double quotes as
+train_results.json holds them) or in log_metrics' block (the runtime there as [D day(s), ]H:MM:SS.cc),
+its lines behind a launcher's prefix (`[worker :0]   train_steps_per_second   =   0.007`) too."""
+
+
+def _hf_value(m: re.Match[bytes]) -> float:
+    """The figure of one _HF_FINAL match: the dict's number, or the block's (a runtime in seconds)."""
+    groups = [g for g in m.groups()]
+    if groups[0] is not None:
+        return float(groups[0])
+    rest = groups[1:]
+    if len(rest) == 1:
+        return float(rest[0])
+    days, hours, minutes, seconds = rest
+    return ((int(days or 0) * 24 + int(hours)) * 60 + int(minutes)) * 60 + float(seconds)
 _SMI = re.compile(rb"(\d+)MiB +/ +(\d+)MiB")
 """nvidia-smi's Memory-Usage column."""
 
 
-def _series(block: Block, s: Scan, name: str, marker: bytes, values: list[float]) -> None:
+def _series(block: Block, s: Scan, name: str, marker: bytes, values: list[float], at: tuple[int, int] | None = None) -> None:
     """Push one block's values of a per-step figure, with the lines of the first and the last line
-    holding `marker` (a literal of that line: found by find/rfind, not a second regex pass)."""
+    holding `marker` (a literal of that line: found by find/rfind, not a second regex pass), or at the
+    offsets `at` of the first and last match where prose may quote the marker (`CurrSamplesPerSec=...`)."""
     if values:
         data = block.data
-        first, last = data.find(marker), data.rfind(marker)
+        first, last = at if at is not None else (data.find(marker), data.rfind(marker))
         s.extend_series(name, values, block.line_at(max(first, 0)), block.line_at(max(last, 0)))
+
+
+def _disturbed(values: dict[str, float]) -> bool:
+    """A step line that measured nothing: a negative timer, or fwd, bwd and step all 0. DeepSpeed's flops
+    profiler reads and stops the engine's timers at its profile step, and the line printed then holds
+    such values (an ALCF Megatron-DeepSpeed run: `fwd: 0.00 | bwd: 0.00 | bwd_inner: -298701.19 | ... |
+    step: 0.00`, tests/fixtures/logs/measure/real/alcf_megatron_ds_profiled_step_negative_timers.log)."""
+    if any(v < 0 for v in values.values()):
+        return True
+    main = [values[k] for k in ("fwd", "bwd", "step") if k in values]
+    return len(main) == 3 and not any(main)
 
 
 def _add(s: Scan, name: str, total: float, count: int) -> None:
@@ -86,7 +148,7 @@ def _breakdown(block: Block, s: Scan) -> None:
     """Timer means: the usual step lines column-wise, any other layout (fewer or more timers, the
     long names) parsed line by line; micro-step lines repeat the step line's numbers and are skipped."""
     data = block.data
-    rows = _STEP.findall(data)
+    rows = [r for r in _STEP.findall(data) if not _disturbed({"fwd": float(r[0]), "bwd": float(r[1]), "step": float(r[4])})]
     if rows:
         for name, column in zip(_STEP_NAMES, zip(*rows, strict=True), strict=True):
             values = list(map(float, column))
@@ -113,6 +175,8 @@ def _breakdown(block: Block, s: Scan) -> None:
                 continue
         if ("fwd" in values or "bwd" in values) and "step" not in values:
             continue  # not DeepSpeed's step line (below): e.g. Megatron's `forward | backward | optimizer`
+        if _disturbed(values):
+            continue
         for name, value in values.items():
             _add(s, name, value, 1)
             _series(block, s, name, m.group(0)[:40], [value])
@@ -126,13 +190,28 @@ def _samples_per_s(block: Block, s: Scan) -> None:
     if not patterns and b"SamplesPerSec=" in data:
         patterns = [_THROUGHPUT_OLD]  # "CurrSamplesPerSec=" holds "SamplesPerSec=": the old form only alone
     for pattern in patterns:
-        values = pattern.findall(data)
+        found = list(pattern.finditer(data))
+        values = [m.group(1) for m in found]
         s.samples_per_s[0] += sum(map(float, values))
         s.samples_per_s[1] += len(values)
-        if pattern is not _THROUGHPUT[1]:  # HF's final figure is a fact of its own (_hf_final)
-            _series(block, s, "samples_per_s", b"SamplesPerSec=", list(map(float, values)))
+        if pattern is not _THROUGHPUT[1] and found:  # HF's final figure is a fact of its own (_hf_final)
+            at = (found[0].start(), found[-1].start())
+            _series(block, s, "samples_per_s", b"SamplesPerSec=", list(map(float, values)), at)
         if s.throughput_line is None and values:
             s.throughput_line = block.line_at(pattern.search(data).start())
+    counters = list(_TIMER_STEPS.finditer(data)) if b"global_step=" in data else []
+    if counters:
+        last = counters[-1]
+        s.facts["timer_micro_per_step"] = Fact(int(last.group(1)) / max(int(last.group(2)), 1), block.line_at(last.start()))
+
+
+def _iteration(block: Block, s: Scan) -> None:
+    """Megatron's wall-clock time per iteration (one iteration is one optimizer step)."""
+    if b"per_iteration" in block.data or b"per iteration" in block.data:
+        found = list(_ITERATION_MS.finditer(block.data))
+        if found:
+            at = (found[0].start(), found[-1].start())
+            _series(block, s, "iteration_ms", b"", [float(m.group(1)) for m in found], at)
 
 
 def _max_mem(block: Block, s: Scan) -> None:
@@ -146,19 +225,51 @@ def _max_mem(block: Block, s: Scan) -> None:
             s.facts["max_mem_allocated_gb"] = Fact(peak, block.line_at(max(at, 0)))
 
 
+def _seconds(clock: bytes) -> float:
+    """`04:17` or `63:50:18` -> seconds."""
+    total = 0
+    for part in clock.split(b":"):
+        total = total * 60 + int(part)
+    return float(total)
+
+
+def _other_peaks(block: Block, s: Scan) -> None:
+    """The highest of each framework's own max-allocated figure (_OTHER_PEAKS), on its line."""
+    swift = list(_SWIFT_MEMORY.finditer(block.data)) if b"'memory(GiB)'" in block.data else []
+    if swift:
+        top = max(swift, key=lambda m: float(m.group(1)))
+        held = s.facts.get("swift_max_reserved_gib")
+        if held is None or float(top.group(1)) > float(held.value):  # type: ignore[arg-type]
+            s.facts["swift_max_reserved_gib"] = Fact(float(top.group(1)), block.line_at(top.start()))
+    if b"max allocated: " not in block.data and b"memory allocated was" not in block.data.lower():
+        return
+    for name, pattern in _OTHER_PEAKS.items():
+        found = list(pattern.finditer(block.data))
+        if found:
+            top = max(found, key=lambda m: float(m.group(1)))
+            held = s.facts.get(name)
+            if held is None or float(top.group(1)) > float(held.value):  # type: ignore[arg-type]
+                s.facts[name] = Fact(float(top.group(1)), block.line_at(top.start()))
+
+
 def _hf_final(block: Block, s: Scan) -> None:
     """HF Trainer's end-of-training metrics (the latest), tqdm's per-step seconds, nvidia-smi's peak."""
     data = block.data
-    if b"'train_" in data:
+    if b"train_" in data:
         for name, pattern in _HF_FINAL.items():
             found = list(pattern.finditer(data))
             if found:
-                s.facts[name] = Fact(float(found[-1].group(1)), block.line_at(found[-1].start()))
+                s.facts[name] = Fact(_hf_value(found[-1]), block.line_at(found[-1].start()))
     if b"s/it" in data or b"it/s" in data:
         found = list(_TQDM.finditer(data))
         steps = [float(m.group(1)) if m.group(2) == b"s/it" else 1.0 / float(m.group(1)) for m in found if float(m.group(1)) > 0]
         if steps:
             s.extend_series("s_per_it", steps, block.line_at(found[0].start()), block.line_at(found[-1].start()))
+        counts = list(_TQDM_ELAPSED.finditer(data))
+        if counts:
+            first, last = block.line_at(counts[0].start()), block.line_at(counts[-1].start())
+            s.extend_series("tqdm_n", [float(m.group(1)) for m in counts], first, last)
+            s.extend_series("tqdm_elapsed_s", [_seconds(m.group(2)) for m in counts], first, last)
     if b"MiB /" in data:
         for m in _SMI.finditer(data):
             used, total = int(m.group(1)), int(m.group(2))
@@ -204,6 +315,8 @@ SIGNALS = (
     BlockSignal("progress_line", _progress),
     BlockSignal("breakdown", _breakdown),
     BlockSignal("samples_per_s", _samples_per_s),
+    BlockSignal("series", _iteration),
     BlockSignal("facts", _max_mem),
+    BlockSignal("facts", _other_peaks),
     BlockSignal("facts", _hf_final),
 )
