@@ -236,3 +236,16 @@ def test_a_dangling_link_in_a_folder_is_that_files_finding(cli, tmp_path) -> Non
     by_name = {Path(f["path"]).name: [d["code"] for d in f["diagnostics"]] for f in json.loads(res.stdout)["files"]}
     assert by_name["dangling.json"] == ["ZT001"] and "ZT101" in by_name["good.json"]
     assert cli("validate", tmp_path / "gone.json").code == 2  # a named missing file stays a usage error
+
+
+def test_auto_outside_hf_does_not_promise_hf_fills_what_it_does_not() -> None:
+    # transformers integrations/deepspeed.py HfTrainerDeepSpeedConfig.trainer_config_process fills the batch
+    # trio, gradient_clipping and optimizer/scheduler params, never `steps_per_print`:
+    # under HF those still reach DeepSpeed as "auto" (ZT803), so ZT801 must not say HF fills them.
+    config = {"train_batch_size": "auto", "gradient_clipping": "auto", "steps_per_print": "auto"}
+    (found,) = [d for d in lint(load_text(json.dumps(config)), LintOptions()) if d.code == "ZT801"]
+    filled, _, rest = found.message.partition("HF Trainer does not fill")
+    assert "/train_batch_size" in filled and "/gradient_clipping" in filled and "/steps_per_print" in rest
+    (only,) = [d for d in lint(load_text('{"train_batch_size": 8, "steps_per_print": "auto"}'), LintOptions())
+               if d.code == "ZT801"]
+    assert "HF Trainer does not fill" in only.message and "pass --hf" not in (only.help or "")

@@ -59,7 +59,8 @@ class AutoOutsideHf(Rule):
     Without `--hf`, reports top-level keys set to "auto" (`train_batch_size`, `gradient_clipping`, …) and
     "auto" inside `optimizer`/`scheduler` params, in one finding per file that lists them all. Values
     DeepSpeed accepts as "auto" are left alone (`data_types.keep_in_fp32_modules`, whose default it is,
-    and whole `tensorboard`/`wandb`/`csv_monitor`/`comet`/`timers` sections, which it drops).
+    and whole `tensorboard`/`wandb`/`csv_monitor`/`comet`/`timers` sections, which it drops). Keys HF
+    Trainer does not fill either (`steps_per_print`, ...) are named apart, since `--hf` does not help them.
 
     ## Why is this bad?
     Only HF Trainer/accelerate replace "auto". DeepSpeed's own launcher passes the string on: the batch
@@ -84,7 +85,7 @@ class AutoOutsideHf(Rule):
     code = "ZT801"
     name = "auto-outside-hf"
     severity = Severity.ERROR
-    message = '"auto" at {where} is only filled by HF Trainer/accelerate; DeepSpeed alone fails on it'
+    message = "{where}; DeepSpeed alone fails on it"
     help_text = "set concrete values, or pass --hf if HF Trainer/accelerate loads this config"
 
     def check(self, ctx: Context) -> Iterator[Diagnostic]:
@@ -93,9 +94,22 @@ class AutoOutsideHf(Rule):
         found = [p for p in _all_autos(ctx) if not _strict_pointer(p) and p not in _HARMLESS]
         if not found:
             return
-        # An HF template has a dozen of them: one finding that lists them, at the first one.
-        where = found[0] if len(found) == 1 else f"{len(found)} places ({', '.join(found)})"
-        yield self.emit(ctx, found[0], where=where)
+        # An HF template has a dozen of them: one finding that lists them, at the first one. Those HF's
+        # trainer_config_process does not fill (`steps_per_print`, ...) are named apart: under HF they
+        # still reach DeepSpeed as "auto" (ZT803), so "pass --hf" is no fix for them.
+        filled = [p for p in found if _filled(ctx, p)]
+        unfilled = [p for p in found if p not in filled]
+        parts = []
+        if filled:
+            parts.append(f'"auto" at {_places(filled)} is only filled by HF Trainer/accelerate')
+        if unfilled:
+            parts.append(f'HF Trainer does not fill the "auto" at {_places(unfilled)}')
+        help_text = None if filled else "set concrete values (HF Trainer passes these on as \"auto\" too)"
+        yield self.emit(ctx, found[0], where="; ".join(parts), help=help_text)
+
+
+def _places(pointers: list[str]) -> str:
+    return pointers[0] if len(pointers) == 1 else f"{len(pointers)} places ({', '.join(pointers)})"
 
 
 class AutoDropped(Rule):
