@@ -463,3 +463,15 @@ def test_a_multi_machine_accelerate_config_on_a_one_node_profile_says_why_memory
     assert res.code == 0, res.stdout
     codes = {d["code"]: d["message"] for d in json.loads(res.stdout)["files"][0]["diagnostics"]}
     assert "ZT000" not in codes and "cannot hold" in codes["ZT006"] and "inter_node" in codes["ZT006"]
+
+
+def test_round_ten_findings_checked_by_hand() -> None:
+    # DeepSpeedZeroOffloadOptimizerConfig has no buffer_size/max_in_cpu (offload_param's keys; extra forbidden)
+    nvme = _codes("che626__security-llm-platform__configs__ds_zero3_nvme.json", severity="error")
+    assert nvme.count("ZT503") == 2
+    # DeepSpeedFP16Config.min_loss_scale is an int (1e-10 refused); HF Trainer does not fill steps_per_print
+    name = "Bolin97__GongBU__backend__backend__tuner__deepspeed_config__deepspeed_1.json"
+    assert "ZT601" in _codes(name, severity="error")
+    (auto,) = [d for d in lint(load_path(CONFIGS / name), LintOptions()) if d.code == "ZT801"]
+    assert 'HF Trainer does not fill the "auto" at /steps_per_print' in auto.message
+    assert _codes(name, severity="error", hf=True).count("ZT803") == 1
