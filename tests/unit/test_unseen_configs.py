@@ -475,3 +475,21 @@ def test_round_ten_findings_checked_by_hand() -> None:
     (auto,) = [d for d in lint(load_path(CONFIGS / name), LintOptions()) if d.code == "ZT801"]
     assert 'HF Trainer does not fill the "auto" at /steps_per_print' in auto.message
     assert _codes(name, severity="error", hf=True).count("ZT803") == 1
+
+
+def test_validate_judges_a_trainer_arguments_file_as_predict_reads_it(cli, tmp_path, monkeypatch) -> None:
+    """A trainer's arguments file names the DeepSpeed JSON and carries the batch HF fills into it: validate's
+    memory rules read it as predict does (zerotune.job.read_inputs). Was: predict 35.7 GiB per GPU at the
+    arguments' micro-batch 8, validate 29.3 GiB at micro-batch 1 for the same file and options."""
+    ds = {"train_micro_batch_size_per_gpu": "auto", "train_batch_size": "auto", "gradient_accumulation_steps": "auto",
+          "bf16": {"enabled": "auto"}, "zero_optimization": {"stage": 2}}  # fmt: skip
+    (tmp_path / "ds.json").write_text(json.dumps(ds))
+    args = tmp_path / "args.yaml"
+    args.write_text("per_device_train_batch_size: 8\ngradient_accumulation_steps: 4\nbf16: true\ndeepspeed: ds.json\n")
+    job = ("--model", "llama-7b", "--profile", "dgx-h100", "--gpu-memory", "30")
+    monkeypatch.chdir(tmp_path)  # HF reads the named JSON from the launch folder
+    predicted = json.loads(cli("predict", "--config", "args.yaml", *job, "--json").stdout)
+    res = cli("validate", "args.yaml", *job, "--json")
+    total = predicted["memory"]["per_gpu_bytes"] / 2**30
+    found = {d["code"]: d["message"] for d in json.loads(res.stdout)["files"][0]["diagnostics"]}
+    assert f"predicted peak {total:.2f} GiB" in found["ZT901"] and "micro batch 8" in found["ZT901"], found["ZT901"]

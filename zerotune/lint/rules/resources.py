@@ -113,6 +113,8 @@ def _judge(ctx: Context) -> tuple[Any, Any, Any] | None:
 
     # an accelerate config runs as many ranks as it launches, as predict sizes it (Context.launcher_size)
     inputs = replace(_inputs(ctx.options), **ctx.launcher_size)
+    if ctx.loaded.trainer_args is not None:
+        inputs = _with_training_args(inputs, ctx.loaded.trainer_args_path or ctx.loaded.path)
     try:
         job = resolve_job(inputs, ctx.config, read_record(ctx.loaded.path))  # the job recommend wrote it for
     except InputError as exc:
@@ -123,6 +125,25 @@ def _judge(ctx: Context) -> tuple[Any, Any, Any] | None:
         return None
     memory = job.memory()
     return memory, job.verdict(memory), job.workload
+
+
+def _with_training_args(inputs: Any, path: str | None) -> Any:
+    """A trainer's arguments file read as predict reads it (zerotune.job.read_inputs: what the options say
+    over the arguments' micro-batch, accumulation and precision), so both judge the same job; arguments HF
+    TrainingArguments does not take leave the options' job, as predict says in a note."""
+    from dataclasses import fields
+
+    from zerotune.errors import InputError
+    from zerotune.job import read_inputs
+
+    if path is None:
+        return inputs
+    said = {f.name: getattr(inputs, f.name) for f in fields(inputs)}
+    said = {k: None if v is False else v for k, v in said.items()}  # a False flag is not said (options.job_said)
+    try:
+        return read_inputs(said, None, path)[0]
+    except InputError:
+        return inputs
 
 
 class GpuMemoryExceeded(Rule):

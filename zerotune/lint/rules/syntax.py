@@ -226,7 +226,8 @@ class AccelerateConfig(Rule):
     `num_processes` over `num_machines` is the job's size, as `accelerate launch` starts it and as `predict`
     sizes it, unless `--world-size` or `--gpus` is given: the batch and memory rules judge that job, and a
     size the profile cannot hold (several machines on a one-node profile) is said here instead of a memory
-    finding.
+    finding. A trainer's arguments file gives the memory rules its micro-batch, accumulation and precision,
+    read as `predict` reads them.
 
     ## Why is this bad?
     It is not: it is information. Read as a DeepSpeed config, every launcher key (num_processes,
