@@ -358,6 +358,19 @@ def sized_by_accelerate(inputs: JobInputs, accelerate: dict[str, Any] | None) ->
     return replace(inputs, **size), [f"from the accelerate config (num_processes, num_machines): {shown}"]
 
 
+def said_options(values: dict[str, Any]) -> dict[str, Any]:
+    """JobInputs fields as given (by name; a command's locals() or a JobInputs' fields) with what was not
+    said as None, as read_inputs takes them: None is not said, and so is a False flag that has no --no- form
+    (--hf, --checkpoint-in-cpu, whose default is False)."""
+    from dataclasses import fields
+
+    out = {}
+    for f in fields(JobInputs):
+        value = values.get(f.name)
+        out[f.name] = None if value is False and f.default is False else value
+    return out
+
+
 def read_inputs(
     said: dict[str, Any],
     launch: list[str] | None = None,

@@ -101,17 +101,10 @@ Launch = Annotated[
 
 def job_said(values: dict[str, object]) -> dict[str, object]:
     """The job options a command was given (its parameters named as the JobInputs fields, e.g. its
-    locals()), as zerotune.job.read_inputs takes them: None is not said, and so is a False flag that
-    has no --no- form (--hf, --checkpoint-in-cpu)."""
-    from dataclasses import fields
+    locals()), as zerotune.job.read_inputs takes them (zerotune.job.said_options)."""
+    from zerotune.job import said_options
 
-    from zerotune.schema.job import JobInputs
-
-    said = {}
-    for f in fields(JobInputs):
-        value = values.get(f.name)
-        said[f.name] = None if value is False and f.default is False else value
-    return said
+    return said_options(values)
 
 
 def workload_said(values: dict[str, object]) -> dict[str, object]:

@@ -105,20 +105,19 @@ def check_job_options(o: LintOptions) -> None:
 
 
 def _judge(ctx: Context) -> tuple[Any, Any, Any] | None:
-    from dataclasses import replace
-
     from zerotune.errors import InputError
-    from zerotune.job import resolve_job
+    from zerotune.job import resolve_job, sized_by_accelerate
     from zerotune.schema.record import read_record
 
-    # an accelerate config runs as many ranks as it launches, as predict sizes it (Context.launcher_size)
-    inputs = replace(_inputs(ctx.options), **ctx.launcher_size)
+    # the job as predict reads the same file: an accelerate config sized as it launches, a trainer's
+    # arguments file's batch and precision under what the options say
+    inputs, sized = sized_by_accelerate(_inputs(ctx.options), ctx.loaded.accelerate)
     if ctx.loaded.trainer_args is not None:
         inputs = _with_training_args(inputs, ctx.loaded.trainer_args_path or ctx.loaded.path)
     try:
         job = resolve_job(inputs, ctx.config, read_record(ctx.loaded.path))  # the job recommend wrote it for
     except InputError as exc:
-        if not ctx.launcher_size:
+        if not sized:
             raise
         # several machines on a one-node profile: ZT006 says why the memory rules say nothing of this file
         ctx.memo["unsized"] = exc.message
@@ -131,17 +130,15 @@ def _with_training_args(inputs: Any, path: str | None) -> Any:
     """A trainer's arguments file read as predict reads it (zerotune.job.read_inputs: what the options say
     over the arguments' micro-batch, accumulation and precision), so both judge the same job; arguments HF
     TrainingArguments does not take leave the options' job, as predict says in a note."""
-    from dataclasses import fields
+    from dataclasses import asdict
 
     from zerotune.errors import InputError
-    from zerotune.job import read_inputs
+    from zerotune.job import read_inputs, said_options
 
     if path is None:
         return inputs
-    said = {f.name: getattr(inputs, f.name) for f in fields(inputs)}
-    said = {k: None if v is False else v for k, v in said.items()}  # a False flag is not said (options.job_said)
     try:
-        return read_inputs(said, None, path)[0]
+        return read_inputs(said_options(asdict(inputs)), None, path)[0]
     except InputError:
         return inputs
 
