@@ -19,7 +19,13 @@ a long log and holds the memory of a week-long one bounded."""
 
 # ---- lines ------------------------------------------------------------------------------------------------------
 
-_TIMESTAMP = re.compile(r"^\s*\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\s*")
+_TIMESTAMP = re.compile(
+    r"^\s*(?:\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"
+    r"|\[\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\])\s*"
+)
+"""A leading timestamp: bare (`2024-06-12T22:49:08.2062484Z`, GitHub Actions; `2024-06-12 22:49:08,206`), or a CI
+runner's bracketed ISO-8601 one (`[2024-10-23T03:04:17.778Z]`, DeepSpeed#6656's log). The bracketed form needs the
+`T`: DeepSpeed's own logger starts its lines with `[2024-10-23 03:04:17,778]`, which the signals read whole."""
 _RANK_PREFIX = re.compile(r"^\s*\[(?:rank|RANK)(\d+)\]:\s?")
 _ROLE_PREFIX = re.compile(r"^\s*\[default\d+\]:\s?")
 """torch elastic's tee'd worker output, `[{role}{local_rank}]:` (TailLog's header,

@@ -73,6 +73,13 @@ def version_mismatch(scan: Scan, offload_configured: bool) -> Diagnosis | None:
             "a module) that the installed release of another does not have. Align the versions the message "
             "names (the releases the training framework pins)."
         )
+    if any(config.ABSTRACT_REFUSAL.search(line.text) for line in scan.version_errors):
+        text += (
+            " A library could not instantiate a class of another package: the class lacks methods the library's "
+            "interface requires (e.g. an accelerator plug-in such as intel-extension-for-deepspeed built for an "
+            "older DeepSpeed). Install the plug-in release made for the installed library, or that library's "
+            "release the plug-in supports."
+        )
     if any("initialize your accelerator" in line.text for line in scan.version_errors):
         text += (
             " accelerate refused a state built outside an Accelerator(): the trainer (transformers, trl) of another "

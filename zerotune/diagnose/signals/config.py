@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 
 from zerotune.diagnose.records import FieldError, LogLine, Rejection, Scan
+from zerotune.diagnose.signals import frames
 from zerotune.diagnose.signals.signal import Hit, Signal
 
 MAX_CONFIG_LINES = 4000
@@ -446,10 +447,23 @@ library too old or too new for its caller (transformers' dependency checks, a na
 moved between releases)."""
 
 
+ABSTRACT_REFUSAL = re.compile(r"Can't instantiate abstract class \w+ with(?:out an implementation for)? abstract method")
+"""Python refusing to instantiate a class that lacks methods its abstract base declares (CPython Objects/typeobject.c
+`object_new`: "... with abstract methods a, b" before 3.12, "... without an implementation for abstract methods 'a',
+'b'" since). Raised where library code instantiates a class of another package, it is an interface one release
+extended and the other's class predates: DeepSpeed's get_accelerator (accelerator/real_accelerator.py) instantiates
+the platform's accelerator, which must implement every abstract method of DeepSpeedAccelerator
+(accelerator/abstract_accelerator.py), and intel-extension-for-deepspeed's XPU_Accelerator lacked those later
+DeepSpeed releases added (intel-extension-for-deepspeed#46, fixed by an extension matching the DeepSpeed; #81).
+Raised in the training script's own frame, it is the script's subclass (no release to align)."""
+
+
 def _version(hit: Hit) -> None:
     if "accepting this combination" in hit.line.text:
         return  # DeepSpeed accepts a CUDA minor-version difference: a warning, not the failure
     if _VERSION.search(hit.line.text):
+        hit.scan.add(hit.scan.version_errors, hit.line)
+    elif ABSTRACT_REFUSAL.search(hit.line.text) and frames.raised_in_library(hit):
         hit.scan.add(hit.scan.version_errors, hit.line)
 
 

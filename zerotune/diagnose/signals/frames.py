@@ -7,8 +7,9 @@ torch's cpp_extension is an op build, one in DeepSpeed's swap_tensor an NVMe swa
 load_checkpoint a checkpoint. diagnose reads these only as a fallback (zerotune.diagnose.causes), when
 no message-specific signal explains a failed run.
 
-Frame formats: Python's `File "PATH", line N, in FUNC`; rich's boxed `PATH:N in FUNC`; IPython's
-`PATH in FUNC(ARGS)`. The launcher's own frames (torch/distributed/run.py, elastic/) are in every
+Frame formats: Python's `File "PATH", line N, in FUNC`; rich's boxed `PATH:N in FUNC`; pytest's short
+traceback `PATH:N: in FUNC` (_pytest/_code/code.py: `--tb=short` entries are ReprFileLocation's `PATH:LINENO: MESSAGE`
+with the message `in NAME`, the source line after it; DeepSpeed#6656); IPython's `PATH in FUNC(ARGS)`. The launcher's own frames (torch/distributed/run.py, elastic/) are in every
 torchrun failure whatever its cause, so they name no family.
 """
 
@@ -16,13 +17,13 @@ from __future__ import annotations
 
 import re
 
-from zerotune.diagnose.records import Event, LogLine, Scan
+from zerotune.diagnose.records import Event, LogLine, Scan, normalise
 from zerotune.diagnose.signals.process import EXCEPTION_LINE
 from zerotune.diagnose.signals.signal import Hit, Signal
 
 _FRAME = re.compile(
-    r'File "(?P<path>[^"]+)", line \d+, in (?P<func>[\w<>.]+)'  # Python
-    r"|(?P<rpath>\S+\.py):\d+ in (?P<rfunc>[\w<>.]+)"  # rich
+    r'(?:File )?"(?P<path>[^"]+)", line \d+, in (?P<func>[\w<>.]+)'  # Python (its `File ` lost when a paste starts mid-line)
+    r"|(?P<rpath>\S+\.py):\d+:? in (?P<rfunc>[\w<>.]+)"  # rich; pytest's short traceback (`:N: in`)
     r"|(?P<npath>\S+\.py) in (?P<nfunc>[\w<>.]+)\("  # IPython
 )
 
@@ -116,9 +117,25 @@ def frame_family(text: str, families: tuple[tuple[str, re.Pattern[str]], ...] = 
     return next((cause for cause, pattern in families if pattern.search(where)), None)
 
 
-_IMPORT_SOURCE = re.compile(r"^\s*(?:\[rank\d+\]:\s*)?(?:from\s+[\w.]+\s+import\s|import\s+[\w.]+\s*(?:$|,|\sas\s))")
+LIBRARY_CODE = re.compile(r"(?:site|dist)-packages/|/(?:deepspeed|torch|transformers|accelerate)/")
+"""A frame in an installed package, or in a source tree of the libraries diagnose reads (`…/DeepSpeed/deepspeed/…`),
+rather than in the training script."""
+
+
+def raised_in_library(hit: Hit) -> bool:
+    """Whether the exception line of `hit` was raised in library code: the nearest frame before it (its rank's
+    lines, back to the `Traceback` header) is LIBRARY_CODE."""
+    for line in reversed(hit.before(hit.line.rank)):  # in log order: the nearest frame last
+        where = _where(line.text)
+        if where is not None:
+            return LIBRARY_CODE.search(where) is not None
+    return False
+
+
+_IMPORT_SOURCE = re.compile(r"^\s*(?:from\s+[\w.]+\s+import\s|import\s+[\w.]+\s*(?:$|,|\sas\s))")
 """Python's source line under a frame that is an import statement (`from transformers.deepspeed import
-HfDeepSpeedConfig`, `import deepspeed`)."""
+HfDeepSpeedConfig`, `import deepspeed`), read without its line prefixes (records.normalise: `[rankN]:`, a
+timestamp)."""
 
 
 def _last_frame(hit: Hit) -> None:
@@ -129,7 +146,7 @@ def _last_frame(hit: Hit) -> None:
     if _where(hit.line.text) is not None:
         hit.scan.last_frame = hit.line
         source = hit.data[hit.end + 1 : hit.end + 1 + 512].split(b"\n", 1)[0].decode("utf-8", "replace")
-        if _IMPORT_SOURCE.match(source):
+        if _IMPORT_SOURCE.match(normalise(source)[0]):
             hit.scan.last_frame_import = hit.line
 
 
@@ -196,10 +213,10 @@ def located(scan: Scan) -> Event | None:
 
 
 SIGNALS = (
-    Signal("last_frame", (rb'File "', rb"\.py:\d+ in \w", rb"\.py in \w+\("), (_last_frame,)),
+    Signal("last_frame", (rb'File "', rb"\.py:\d+ in \w", rb"\.py:\d+: in [\w<]", rb"\.py in \w+\("), (_last_frame,)),
     Signal(
         "frame_causes",
-        (rb'File "', rb"\.py:\d+ in \w", rb"\.py in \w+\(", rb"Error:", rb"Exception:"),
+        (rb'File "', rb"\.py:\d+ in \w", rb"\.py:\d+: in [\w<]", rb"\.py in \w+\(", rb"Error:", rb"Exception:"),
         (_frame, _exception),
     ),
 )
