@@ -2,8 +2,8 @@
 one) and the typed records the signals fill in (zerotune.diagnose.signals).
 
 Lines are normalised before parsing: leading timestamps, torchrun's `[rankN]:` (and torch elastic's
-older `[defaultN]:`), pytest's `E   ` failure marker and pdsh/deepspeed-launcher host prefixes (`gpu-q-13: `)
-are removed and the rank is kept.
+older `[defaultN]:`), Ray's `(NAME pid=N, ip=A)`, a test harness's `stderr: `, pytest's `E   ` failure marker and
+pdsh/deepspeed-launcher host prefixes (`gpu-q-13: `) are removed and the rank is kept.
 """
 
 from __future__ import annotations
@@ -33,6 +33,13 @@ torch/distributed/elastic/multiprocessing/tail_log.py; torchrun's role is "defau
 local rank, not the global one, so it is removed but not kept as the line's rank
 (bigscience-workshop/Megatron-DeepSpeed#356)."""
 _HOST_PREFIX = re.compile(r"^([A-Za-z0-9_][\w.-]*):\s(?=\S)")
+_RAY_PREFIX = re.compile(r"^\((?:[\w.:-]+(?:, rank=\d+)?,? )?pid=\d+(?:, ip=[\w.:-]+)?\) ?")
+"""Ray's prefix on a worker's output, `(NAME pid=N, ip=A)` (python/ray/_private/worker.py `print_worker_logs`: the
+actor or task name, the pid, the node's ip when it is not the driver's; OpenRLHF#1001's `(TemporaryActor pid=6490)`),
+and SkyPilot's `(worker1, rank=1, pid=N, ip=A)` on a multi-node job's lines."""
+_HARNESS_PREFIX = re.compile(r"^(?:stdout|stderr): ")
+"""transformers' and accelerate's test harness (testing_utils.py `_stream_subprocess`) relay a launched job's
+output line by line as `print("stderr:", line)` (transformers#37300's ZeRO-3 test log)."""
 _PYTEST_PREFIX = re.compile(r"^E {3,}(?=\S)")
 """pytest's failure report marks the lines of the error it caught with `E` and spaces (`E       RuntimeError:
 ...`, _pytest/_code/code.py's fail marker), so a traceback quoted from a failed test keeps its exception line
@@ -44,7 +51,7 @@ def normalise(raw: str) -> tuple[str, int | None]:
     text, rank = raw.rstrip("\r\n"), None
     for _ in range(4):
         before = text
-        m = _TIMESTAMP.match(text)
+        m = _TIMESTAMP.match(text) or _RAY_PREFIX.match(text) or _HARNESS_PREFIX.match(text)
         if m:
             text = text[m.end() :]
         m = _RANK_PREFIX.match(text)

@@ -102,6 +102,19 @@ _CHECKPOINT_FIX: dict[str, tuple[str, object, object, str]] = {
         "the checkpoint's own config",
         "build the model from the config the checkpoint was saved with (hidden size, vocabulary) before loading it",
     ),
+    "copy_meta": (
+        "(script) model construction",
+        None,
+        "parameters with storage before the load",
+        "build the model with real storage before loading: under ZeRO-3 through from_pretrained inside zero.Init (a "
+        "transformers release whose ZeRO-3 loading does so), never on the meta device or with an empty/skip init",
+    ),
+    "copy_failed": (
+        "(script) state dict load",
+        None,
+        "tensors the model's parameters accept",
+        "load the checkpoint into the model it was saved from (dtype, device and tensor type as saved)",
+    ),
     "folder_as_file": (
         "(script) checkpoint path",
         None,

@@ -4,6 +4,8 @@ ZeRO-Offload refusing a client optimizer, a master port another process holds.""
 
 from __future__ import annotations
 
+import re
+
 from zerotune.diagnose.causes.evidence import evidence
 from zerotune.diagnose.records import FieldError, Rejection, Scan
 from zerotune.diagnose.report import (
@@ -79,6 +81,14 @@ def version_mismatch(scan: Scan, offload_configured: bool) -> Diagnosis | None:
             "interface requires (e.g. an accelerator plug-in such as intel-extension-for-deepspeed built for an "
             "older DeepSpeed). Install the plug-in release made for the installed library, or that library's "
             "release the plug-in supports."
+        )
+    if any(re.search(config.WEIGHTS_ONLY_REFUSAL, line.text) for line in scan.version_errors):
+        text += (
+            " torch.load refused a checkpoint under weights_only=True, torch's default since 2.6: the file holds "
+            "pickled objects its loader (DeepSpeed's checkpoint engine before PR 7000, transformers' Trainer before "
+            "PR 34632) does not opt out for. Use the library release that loads its own files with "
+            "weights_only=False, torch < 2.6, or allowlist the class the message names "
+            "(torch.serialization.add_safe_globals) for a file you trust."
         )
     if any("initialize your accelerator" in line.text for line in scan.version_errors):
         text += (

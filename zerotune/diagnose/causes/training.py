@@ -123,6 +123,17 @@ _CHECKPOINT_TEXT = {
         "The checkpoint's tensors have other shapes than the model's (both real shapes, not ZeRO-3's empty "
         "placeholders): it was saved from another model definition or size than the one built to load it."
     ),
+    "copy_meta": (
+        "Loading the state dict failed: the model's parameters are meta tensors (\"Cannot copy out of meta tensor; "
+        "no data!\"), built without storage and never materialised, so the checkpoint has nothing to be copied into. "
+        "Under ZeRO-3 the loading path built the model outside zero.Init (a transformers main-branch regression "
+        "did so: transformers#37300, fixed by its PRs 37281/37306), or the model's own code creates empty (meta) "
+        "weights."
+    ),
+    "copy_failed": (
+        "Loading the state dict failed: torch could not copy a checkpoint tensor into the model's parameter of the "
+        "same shape (the exception in the row says why)."
+    ),
     "convert": (
         "Converting the ZeRO checkpoint (zero_to_fp32) failed: the per-rank files of one save are "
         "incomplete, mixed with another save, or from another layout."

@@ -416,6 +416,15 @@ def known_zero_keys(rej: Rejection) -> list[str]:
 # ---- versions, offload --------------------------------------------------------------------------------------
 
 
+WEIGHTS_ONLY_REFUSAL = r"Weights only load failed|types accepted by default with weights_only"
+"""torch.load refusing a file under weights_only=True (torch/serialization.py `_get_wo_message`, whose every wording
+starts "Weights only load failed" and ends with DOCS_MESSAGE's "... types accepted by default with weights_only"):
+torch 2.6 made weights_only=True the default (pytorch PR 137602, its UNSAFE_MESSAGE says so), so a trusted checkpoint
+holding pickled objects (DeepSpeed's LossScaler and ZeroStageEnum, numpy rng states) loads only through a loader
+that opts out for its own files: DeepSpeed's checkpoint engine does since PR 7000 (axolotl#2610: "deepspeed version
+must be bumped"), transformers' since PR 34632 (ms-swift#4319). The file is fine; torch and the loading library are
+releases that do not go together (ms-swift#5808, open-instruct#673)."""
+
 _VERSION = re.compile(
     r"CUDAMismatchException|does not match the version torch was compiled|is required for a normal functioning"
     r"|mismatches the version that was used to compile PyTorch|cannot import name '\w+' from '(?:torch|deepspeed"
@@ -430,6 +439,7 @@ _VERSION = re.compile(
     r"|^\s*(?:[\w.]+\.)?\w*(?:Error|Exception): .*\b[Vv]ersion mismatch"
     r"|ProcessGroup nccl ?does not support \w+"
     r"|properly initialize your accelerator via"
+    r"|" + WEIGHTS_ONLY_REFUSAL
 )
 """A library object without an attribute its caller uses, or a call with a keyword the callee does not
 take (an API that moved between the releases of DeepSpeed, transformers, accelerate or the training
@@ -539,6 +549,8 @@ SIGNALS = (
             rb"does not support _",  # c10d: "ProcessGroup nccl does not support _reduce_scatter_base"
             rb"Please (?:upgrade|update|install)",
             rb"your accelerator via",  # accelerate's AcceleratorState built outside an Accelerator
+            rb"Weights only load failed",  # torch.load's weights-only refusal (WEIGHTS_ONLY_REFUSAL) and its tail:
+            rb"Check the documentation of torch\.load",
             rb"_sync context manager is incompatible",  # DeepSpeed 0.16.0's no_sync assertion vs the HF Trainer of its time
         ),
         (_version,),

@@ -43,6 +43,17 @@ _CHECKPOINT_LINES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"the shape in current model is torch\.Size\(\[[1-9]"
         ),
     ),
+    (
+        # torch's load_state_dict row for a parameter whose copy raised (torch/nn/modules/module.py
+        # `_load_from_state_dict`: 'While copying the parameter named "K", whose dimensions in the model are S and whose
+        # dimensions in the checkpoint are S, an exception occurred : (...)', or the checkpoint's value was no tensor):
+        # the load failed though the shapes agree; `_checkpoint` tells a meta-tensor copy apart (copy_meta)
+        "copy_failed",
+        re.compile(
+            r'While copying the parameter named "[^"]*", (?:whose dimensions in the model are .*an exception occurred'
+            r"|expected torch\.Tensor or Tensor-like object from checkpoint)"
+        ),
+    ),
     ("universal", re.compile(r"ds_to_universal|load_universal|[Uu]niversal checkpoint")),
     (
         "convert",
@@ -97,6 +108,8 @@ def _checkpoint(hit: Hit) -> None:
                 and not hit.says("Error", "No such file", "not found", "exist")
             ):
                 return
+            if kind == "copy_failed" and "meta tensor" in hit.wrapped(1024):
+                kind = "copy_meta"  # the message wrapped by the terminal: "('Ca" / "nnot copy out of meta tensor"
             value = f"{m.group(1)} -> {m.group(2)}" if kind == "resume_world_size" else None
             if kind == "resume_world_size":
                 s.fact("world_size", int(m.group(2)), hit.line)  # the run's own world size
@@ -170,6 +183,7 @@ SIGNALS = (
             rb"DP world size of",
             rb"Size\(\[0\]\) from checkpoint",
             rb"from checkpoint, the shape in current model",
+            rb"While copying the parameter named",
             rb"_gather_16bit_weights_on_model_save",
             rb"_to_universal",
             rb"_universal",
