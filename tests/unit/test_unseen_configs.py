@@ -477,6 +477,23 @@ def test_round_ten_findings_checked_by_hand() -> None:
     assert _codes(name, severity="error", hf=True).count("ZT803") == 1
 
 
+def test_round_eleven_findings_checked_by_hand() -> None:
+    # aio reads intra_op_parallelism, not thread_count (runtime/swap_tensor/aio_config.py:28-29, 0.19.8)
+    ddpo = "OpenRLHF__OpenRLHF__openrlhf__configs__ddpo_ds_config.json"
+    assert "ZT504" in _codes(ddpo, severity="warning")
+    assert _codes("yiqiao-yin__deepspeed-course__09_vss__ds_config_2xB200.json", severity="warning") == ["ZT504"]
+    # offload_param reaches only the stage-3 optimizers (runtime/engine.py:2731, 2773): ignored at zero_stage 2
+    wan = "modelscope__DiffSynth-Studio__examples__wanvideo__model_training__full__accelerate_config_14B.yaml"
+    assert "ZT301" in _codes(wan, severity="warning")
+    # memory_efficient_linear is read by zero.Init only (runtime/zero/partition_parameters.py:1080)
+    oss = _codes("yiqiao-yin__deepspeed-course__07_huggingface_openai_gpt_oss_finetune_sft__ds_config.json")
+    assert oss.count("ZT202") == 4 and oss.count("ZT503") == 1  # and once at the top level, where it is lost
+    # `_comment` notes are notes, not a misspelt `comet` section (fixed in this round)
+    moe = [d for d in lint(load_path(CONFIGS / "yiqiao-yin__deepspeed-course__03_llms__11_moe__ds_config_ep.json"),
+                           LintOptions()) if d.code == "ZT502"]  # fmt: skip
+    assert len(moe) == 3 and all(d.severity.value == "info" and not d.help for d in moe)
+
+
 def test_validate_judges_a_trainer_arguments_file_as_predict_reads_it(cli, tmp_path, monkeypatch) -> None:
     """A trainer's arguments file names the DeepSpeed JSON and carries the batch HF fills into it: validate's
     memory rules read it as predict does (zerotune.job.read_inputs). Was: predict 35.7 GiB per GPU at the
