@@ -249,3 +249,20 @@ def test_auto_outside_hf_does_not_promise_hf_fills_what_it_does_not() -> None:
     (only,) = [d for d in lint(load_text('{"train_batch_size": 8, "steps_per_print": "auto"}'), LintOptions())
                if d.code == "ZT801"]
     assert "HF Trainer does not fill" in only.message and "pass --hf" not in (only.help or "")
+
+
+def test_a_string_key_is_not_read_as_a_misspelt_section() -> None:
+    """`_comment`/`comment` with a string is a note, not a misspelt `comet` section: DeepSpeed builds each monitor
+    section from a mapping (deepspeed/monitor/config.py:13 get_monitor_config, `param_dict.get(key, {})` into
+    DeepSpeedMonitorConfig(**...)), and no section is ever a string. Seen on
+    yiqiao-yin/deepspeed-course's `_comment` keys (unseen round 11): a warning with "did you mean `comet`?"."""
+    def zt502(config: dict) -> list:
+        return [d for d in lint(load_text(json.dumps(config)), LintOptions()) if d.code == "ZT502"]
+
+    note = zt502({"train_batch_size": 8, "_comment": "stage 1 on purpose"})
+    assert [(d.severity, d.help) for d in note] == [(Severity.INFO, None)]  # as any other `_`-prefixed note
+    plain = zt502({"train_batch_size": 8, "comment": "stage 1 on purpose"})
+    assert [(d.severity, d.help) for d in plain] == [(Severity.WARNING, None)]
+    # a mapping under a near name is still read as the misspelt section it loses
+    lost = zt502({"train_batch_size": 8, "commet": {"enabled": True}})
+    assert [(d.severity, d.help) for d in lost] == [(Severity.ERROR, "did you mean `comet`?")]

@@ -42,11 +42,17 @@ def _elsewhere(key: str, here: str) -> list[str]:
     return homes if 0 < len(homes) <= 2 else []
 
 
-def _suggest(key: str, sec: schema.Section) -> str:
+def _suggest(key: str, value: object, sec: schema.Section) -> str:
     match = difflib.get_close_matches(key.lower(), sec.keys, n=1, cutoff=0.75)
     if not match:
         return ""
     f = sec.field(match[0])
+    if f is not None and f.kind == "object" and isinstance(value, str):
+        # a note (`_comment`), not a misspelt section: DeepSpeed reads a section as a mapping
+        # (deepspeed/monitor/config.py:13 get_monitor_config, `param_dict.get(key, {})` into
+        # DeepSpeedMonitorConfig(**...)), or a legacy bool for zero_optimization (runtime/zero/config.py:74),
+        # never a string
+        return ""
     if f is not None and f.deprecated:  # never steer towards a deprecated key: name what --fix would write
         return f"did you mean `{_replacement(sec.pointer, match[0], f)}`?"
     return f"did you mean `{match[0]}`?"
@@ -76,7 +82,7 @@ def _capped(
     for pointer, items in by_section.items():
         where = pointer or "the top level"
         for _, key, sec in items[:LISTED_PER_SECTION]:
-            suggestion = _suggest(key, sec)
+            suggestion = _suggest(key, ctx.at(pointer + pointer_of(key)), sec)
             yield rule.emit(
                 ctx,
                 pointer + pointer_of(key),
