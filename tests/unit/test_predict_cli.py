@@ -267,3 +267,18 @@ def test_hf_precision_is_what_accelerate_runs(cli, tmp_path, sections, flags, ru
     )
     assert r.code == 0, r.stderr
     assert json.loads(r.stdout)["workload"]["precision"] == runs
+
+
+def test_step_table_rows_add_up_to_the_step(cli, stage2):
+    """The text report's step rows (compute, exposed communication, optimizer, offload, fixed overheads)
+    are the step's parts: with the published prior's 0.24 s per-step cost on dgx-h100 they left that
+    cost out and summed to 93% of the step. The JSON's parts add up to step_time_s."""
+    args = ("predict", "--config", stage2, "--model", "llama-7b", "--profile", "dgx-h100")
+    data = json.loads(cli(*args, "--json").stdout)
+    parts = ("compute_s", "exposed_comm_s", "optimizer_s", "offload_s", "overhead_s")
+    assert data["overhead_s"] > 0
+    assert sum(data[p] for p in parts) == pytest.approx(data["step_time_s"], rel=1e-9)
+    text = " ".join(cli(*args).stdout.split())
+    assert "fixed overheads (per step, micro-step)" in text
+    # where those overheads come from, in words, not cut inside a term's name (was "(per_step_s, ..., per_l)")
+    assert "overheads from the profile (global prior fitted across all" in text

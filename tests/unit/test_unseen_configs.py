@@ -510,3 +510,12 @@ def test_validate_judges_a_trainer_arguments_file_as_predict_reads_it(cli, tmp_p
     total = predicted["memory"]["per_gpu_bytes"] / 2**30
     found = {d["code"]: d["message"] for d in json.loads(res.stdout)["files"][0]["diagnostics"]}
     assert f"predicted peak {total:.2f} GiB" in found["ZT901"] and "micro batch 8" in found["ZT901"], found["ZT901"]
+
+
+def test_one_launched_gpu_is_singular(cli, tmp_path) -> None:
+    """ZT006 names the launched size in words: one process is "1 GPU", not "1 GPUs" (round 11's report)."""
+    yaml = tmp_path / "acc.yaml"
+    yaml.write_text("distributed_type: DEEPSPEED\nnum_processes: 1\ndeepspeed_config:\n  zero_stage: 2\n")
+    res = cli("validate", str(yaml), "--model", "llama-7b", "--profile", "dgx-h100", "--json")
+    found = {d["code"]: d["message"] for d in json.loads(res.stdout)["files"][0]["diagnostics"]}
+    assert "1 GPU x 1 node" in found["ZT006"], found["ZT006"]

@@ -292,12 +292,23 @@ def overheads(spec: OverheadSpec, model: ModelSpec, stage: int, ranks: int, moe_
     )
 
 
+def _origin(source: str) -> str:
+    """Where the profile's terms come from, in a few words: `with_prior` writes "<terms> from the
+    <prior's source>", so the words after "from the" up to the first parenthesis or semicolon, else the
+    source's first clause; cut at a word, never inside a term's name."""
+    text = source.split(" from the ", 1)[1] if " from the " in source else source
+    text = text.split("(")[0].split(";")[0].split(":")[0].strip()
+    if len(text) <= 70:
+        return text
+    return text[:70].rsplit(" ", 1)[0] + " ..."
+
+
 def overhead_notes(terms: Overheads, source: str | None) -> list[str]:
     """What the estimate's notes say about the overhead terms: which it used (with the start of the
     profile's stated source) and which it left out."""
     notes = []
     if terms.included:
-        origin = f" ({source.split(':')[0].strip()[:60]})" if source else ""
+        origin = f" ({_origin(source)})" if source else ""
         notes.append(f"overheads from the profile{origin}: {', '.join(terms.included)}")
     if terms.missing:
         notes.append(

@@ -81,6 +81,8 @@ def step_table(estimate: StepEstimate, *, title: str | None = None, expected: st
         ("exposed communication", estimate.exposed_comm_s),
         ("optimizer", estimate.optimizer_s),
         ("exposed offload transfers", estimate.offload_s),
+        # the profile's per-step and per-micro-step costs are in the step time: show them, so the rows add up
+        ("fixed overheads (per step, micro-step)", estimate.overhead_s),
     ):
         table.add_row(name, fmt_seconds(value), f"{value / step:.0%}")
     table.add_row("communication stream busy (total)", fmt_seconds(estimate.comm_s), "", style="dim")

@@ -291,7 +291,7 @@ class AccelerateConfig(Rule):
             )
         if ctx.launcher_size and accelerate.uses_deepspeed(raw):
             size = ctx.launcher_size
-            detail += f"; judged at the size it launches: {size['gpus']} GPUs x {size['nodes']} node(s) (num_processes, num_machines)"
+            detail += f"; judged at the size it launches: {size['gpus']} GPU{'s' if size['gpus'] != 1 else ''} x {size['nodes']} node(s) (num_processes, num_machines)"
             if ctx.options.model and (ctx.options.profile or ctx.options.gpu_memory_gib):
                 from zerotune.lint.rules.resources import judged
 
