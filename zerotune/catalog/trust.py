@@ -35,10 +35,10 @@ before DeepSpeed issue 4036, ColossalAI issue 4719 and the Open-Llama README joi
 
 def job_kind(model: str, stage: int, offload_optimizer: str, offload_param: str, checkpointing: bool) -> str:
     """What sets a step's mix of costs (compute, communication, the optimizer on GPU or CPU, fixed costs):
-    the model, the ZeRO stage, offload and activation checkpointing. A calibration on one run carries
-    to jobs of its kind (other batch, sequence length, accumulation, buckets), not across kinds
-    (scripts/evidence/calibrate_from_log.py: ONE_RUN_SAME_JOB_ERROR_PCT against ONE_RUN_OTHER_JOB_ERROR_PCT
-    in zerotune/calibrate/from_log.py). Offload only counts where DeepSpeed uses it (stage >= 1 for the
+    the model, the ZeRO stage, offload and activation checkpointing. A calibration on one run carries in
+    full to jobs of its kind (other batch, sequence length, accumulation, buckets) and to another kind with
+    its host costs at a weight (zerotune/model/carried.py; scripts/evidence/calibrate_from_log.py:
+    ONE_RUN_SAME_JOB_ERROR_PCT against ONE_RUN_OTHER_JOB_ERROR_PCT in zerotune/calibrate/from_log.py). Offload only counts where DeepSpeed uses it (stage >= 1 for the
     optimizer, stage 3 for parameters)."""
     opt = offload_optimizer if stage >= 1 else "none"
     param = offload_param if stage == 3 else "none"

@@ -43,8 +43,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from zerotune.catalog.trust import job_kind
 from zerotune.dsconfig.settings import ZeroSettings
 from zerotune.model import buckets, stage3
+from zerotune.model.carried import for_job
 from zerotune.model.comm import CommCost
 from zerotune.model.compute import (
     achieved_flops,
@@ -248,6 +250,11 @@ def predict_step(
     detail: bool = False,
 ) -> StepEstimate:
     """Predicted time of one optimizer step (see the module docstring)."""
+    if hardware.calibration is not None and hardware.calibration.other_job_weight is not None:
+        # a one-run calibration carries to a job of another kind at its weight (zerotune/model/carried.py)
+        kind = job_kind(model.name, zero.stage, zero.offload_optimizer.device, zero.offload_param.device,
+                        workload.activation_checkpointing)  # fmt: skip
+        hardware = for_job(hardware, kind)
     prep = prepare(model)
     notes: list[str] = []
     n, nodes = workload.world_size, workload.nodes

@@ -288,6 +288,13 @@ class Calibration(_Strict):
         None,
         description="throughput error (percent) expected for a job of another kind (one-run calibrations)",
     )
+    other_job_weight: float | None = Field(
+        None,
+        ge=0,
+        le=1,
+        description="how much of a one-run calibration a job of another kind than `jobs` takes: each value fitted on "
+        "the run at probed x (calibrated / probed)^weight (zerotune/model/carried.py); null = all of it",
+    )
 
     def calibrated_paths(self) -> set[str]:
         return {value.path for value in self.values}
