@@ -560,6 +560,8 @@ def test_predict_and_recommend_quote_the_calibrations_error_not_the_published_ba
     other = json.loads(cli("predict", *job, "--config", stage2, "--json").stdout)["expected_error"]
     assert other["throughput"] == pytest.approx(cal.other_job_error_pct / 100)
     assert "of another kind of job (llama-7b, stage 3" in other["throughput_from"]
+    assert cal.other_job_weight is not None  # it says that the run's host costs reach this job at a weight
+    assert f"host costs at weight {cal.other_job_weight:.2f}" in other["throughput_from"]
     rec = json.loads(cli("recommend", *job, "--json").stdout)["expected_error"]
     assert rec["throughput"] * 100 in (pytest.approx(cal.same_job_error_pct), pytest.approx(cal.other_job_error_pct))
     assert "your run" in rec["throughput_from"]

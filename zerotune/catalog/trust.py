@@ -61,7 +61,9 @@ def from_your_runs(profile: HardwareProfile, job: str | None = None) -> tuple[fl
         evidence = "one-run calibrations of published sources, scripts/evidence/calibrate_from_log.py"
         if job in cal.jobs:
             return cal.same_job_error_pct, f"one run, this job of its kind: {evidence}"
-        return cal.other_job_error_pct, f"one run of another kind of job ({cal.jobs[0]}): {evidence}"
+        # say that this job takes the run's host costs at a weight, not in full (zerotune/model/carried.py)
+        weighed = "" if cal.other_job_weight is None else f", its DeepSpeed host costs at weight {cal.other_job_weight:.2f}"
+        return cal.other_job_error_pct, f"one run of another kind of job ({cal.jobs[0]}){weighed}: {evidence}"
     return cal.expected_error_pct, method
 
 
