@@ -900,6 +900,8 @@ def test_a_profiled_steps_disturbed_timers_are_no_measurement() -> None:
         ("ezpz_hf_trainer_fsdp_bar_and_metrics_block.log", 2.27, None, None),  # the bar's rate (no clock window)
         ("nanogpt110_script_iter_time_ms.log", None, None, None),  # a script's own print
         ("dstutorial_comms_logger_summary_zero3.log", None, None, None),
+        # second sight, after this round's fixes: another XTuner log (under DeepSpeed ZeRO-2), read right
+        ("xtuner_internlm2_1_8b_deepspeed_zero2_mmengine_tail.log", None, None, 5661 / 1024),
     ],
 )
 def test_round3_logs_read_right_at_first_sight(name: str, step_s: float | None, samples_per_s: float | None, peak_gib: float | None) -> None:
