@@ -14,6 +14,7 @@ Step time, in order of trust:
    and its throughput timer runs from each forward (or batch fetch) to the step (runtime/engine.py:2946,
    3622 at 0.19.8: tput_timer.start / stop: 14.29-14.54 s per iteration against the 12.8 s its rate implies,
    alcf_polaris_megatron_ds_running_avg_iteration.log); the timers, when there, still split the step;
+   the same line in seconds (BigScience's Megatron-DeepSpeed) and nanotron's `elapsed_time_per_iteration_ms`;
 2. DeepSpeed's wall_clock_breakdown: fwd + bwd + step of one optimizer step (it sums the micro-steps);
    it also splits the step: the `step` timer is the optimizer, `bwd_allreduce` the gradient reduction
    left after the backward compute;
