@@ -92,8 +92,9 @@ def observations(
         if measured is not None:
             found = found.merged(measured)
         if not found.has_time and found.peak_bytes is None:
+            why = f" ({found.notes[0]})" if found.notes else ""
             raise InputError(
-                f"{path}: no step time, throughput or memory peak in the log",
+                f"{path}: no step time, throughput or memory peak in the log{why}",
                 hint="turn on wall_clock_breakdown or steps_per_print, or give --measured tokens_per_s=...",
             )
         notes.extend(f"{path}: {n}" for n in found.notes)

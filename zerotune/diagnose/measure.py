@@ -14,6 +14,7 @@ Step time, in order of trust:
    and its throughput timer runs from each forward (or batch fetch) to the step (runtime/engine.py:2946,
    3622 at 0.19.8: tput_timer.start / stop: 14.29-14.54 s per iteration against the 12.8 s its rate implies,
    alcf_polaris_megatron_ds_running_avg_iteration.log); the timers, when there, still split the step;
+   the same line in seconds (BigScience's Megatron-DeepSpeed) and nanotron's `elapsed_time_per_iteration_ms`;
 2. DeepSpeed's wall_clock_breakdown: fwd + bwd + step of one optimizer step (it sums the micro-steps);
    it also splits the step: the `step` timer is the optimizer, `bwd_allreduce` the gradient reduction
    left after the backward compute;
@@ -32,6 +33,7 @@ import statistics
 from dataclasses import dataclass, field, replace
 
 from zerotune.diagnose.records import LogLine, Scan
+from zerotune.diagnose.signals.timers import OTHER_PEAKS, UNREAD
 from zerotune.errors import InputError
 from zerotune.model.counters import COUNTER_KINDS
 from zerotune.units import GiB
@@ -120,7 +122,7 @@ def from_scan(scan: Scan) -> Measured:
         allreduce = Figure(reduce.value / 1000, reduce.source) if reduce is not None else None
     iteration = _median(scan, "iteration_ms")
     if iteration is not None:  # the iteration's wall clock: the timers (kept above) split what they cover of it
-        step = Figure(iteration.value / 1000, f"{iteration.source}: Megatron's elapsed time per iteration")
+        step = Figure(iteration.value / 1000, f"{iteration.source}: elapsed time per iteration (Megatron, NeoX, nanotron)")
     samples = _median(scan, "samples_per_s")
     if samples is not None:
         first = (scan.series_lines.get("samples_per_s") or [None])[0]
@@ -128,7 +130,8 @@ def from_scan(scan: Scan) -> Measured:
         field_read = "SamplesPerSec (running mean, DeepSpeed < 0.6)" if old else "CurrSamplesPerSec"
         samples = Figure(samples.value, f"{samples.source}: DeepSpeed {field_read}")
     if step is None and samples is None:
-        step = _tqdm_step(scan)
+        step, why = _tqdm_step(scan)
+        notes.extend([why] if why else [])
         mean = _hf_mean_step(scan)
         if step is not None and mean is not None and step.value > mean:
             notes.append(
@@ -146,6 +149,7 @@ def from_scan(scan: Scan) -> Measured:
         )
     facts = scan.facts
     if step is None and samples is None:
+        notes.extend(f"log:{facts[k].line.number}: {why}" for k, (_, why) in UNREAD.items() if k in facts)
         runtime, rate = facts.get("train_runtime_s"), facts.get("train_steps_per_s")
         if rate is not None and float(rate.value) > 0:  # type: ignore[arg-type]
             step = Figure(1.0 / float(rate.value), f"log:{rate.line.number}: HF train_steps_per_second")  # type: ignore[arg-type]
@@ -206,21 +210,26 @@ TQDM_WINDOW_S = 20.0
 is within 5% (one second of rounding in 20)."""
 
 
-def _tqdm_step(scan: Scan) -> Figure | None:
+def _tqdm_step(scan: Scan) -> tuple[Figure | None, str | None]:
     """Seconds per iteration from tqdm's bar: the median over windows of its elapsed clock (at least
     TQDM_WINDOW_S, from the first iteration's end on: the first one carries the start-up), each bar
     count taken where it first shows (a bar re-printed for a postfix or another line is no new
     iteration; a count that goes back is another bar). tqdm's printed rate is a moving average that
     still carries the slow first steps (PickScore issue 9: 23.44 then 12.13 s/it for 4-6 s steps) and
     lags a run that slows down (ms-swift issue 8096: 65-71 s/it while the steps took 73-74 s); it is read
-    only when the clock gives no window (one bar, or bars within one second)."""
+    only when the clock gives no window (one bar, or bars within one second), and only when it comes from one
+    bar: bars that start again (a count going back: finetrainers issue 111 posts two runs' bars, 72.77 and
+    21.49 s/it, first read as their median, 47.13) are other loops or other runs, and which one trains the
+    job is not in the log: refused, with the reason (the second element)."""
     counts, clock = scan.series.get("tqdm_n") or [], scan.series.get("tqdm_elapsed_s") or []
     windows: list[float] = []
     anchor: tuple[float, float] | None = None
     last = anchor
-    for n, elapsed in zip(counts, clock, strict=False):
+    restart = 0
+    for i, (n, elapsed) in enumerate(zip(counts, clock, strict=False)):
         if last is not None and (n < last[0] or elapsed < last[1]):
             anchor = last = None  # another bar (evaluation, a new epoch's bar)
+            restart = restart or i
         if n < 1 or (last is not None and n == last[0]):
             continue
         last = (n, elapsed)
@@ -237,39 +246,46 @@ def _tqdm_step(scan: Scan) -> Figure | None:
             statistics.median(windows),
             f"log:{lines[0].number}-{lines[1].number}: tqdm's elapsed clock"
             + (f" ({len(windows)} windows, median)" if len(windows) > 1 else ""),
-        )
+        ), None
     per_it = _median(scan, "s_per_it")
-    return Figure(per_it.value, f"{per_it.source}: tqdm s/it") if per_it is not None else None
+    if per_it is not None and restart:
+        why = (
+            f"tqdm's bars at {per_it.source.split(' ')[0]} start again ({counts[restart - 1]:g} then {counts[restart]:g} "
+            "iterations): several loops or runs, and no bar's clock spans a window: their rates are not used"
+        )
+        return None, why
+    return (Figure(per_it.value, f"{per_it.source}: tqdm s/it") if per_it is not None else None), None
 
 
 def _peak(scan: Scan) -> tuple[Figure | None, str]:
-    """The highest allocated peak the log prints (ThroughputTimer's MaxMemAllocated, Megatron's and
-    llama-recipes' max allocated (zerotune.diagnose.signals.timers._OTHER_PEAKS), see_memory_usage's
-    Max_MA of the steps, not of building the engine: CONSTRUCTION_REPORTS, nor an unlabelled report
-    (its label line cut off) before the log's first per-step figure), else ms-swift's memory(GiB), a
-    max_reserved peak, else nvidia-smi's highest used memory."""
-    best: Figure | None = None
-    for name, scale, what in (
-        ("max_mem_allocated_gb", GiB, "MaxMemAllocated"),
-        ("megatron_max_allocated_mib", 2**20, "Megatron's max allocated (MB = 2**20 bytes)"),
-        ("llama_recipes_max_allocated_gib", GiB, "llama-recipes' max CUDA memory allocated (whole GiB, rounded down)"),
-    ):
+    """The highest allocated peak the log prints (ThroughputTimer's MaxMemAllocated, other frameworks' max
+    allocated (zerotune.diagnose.signals.timers.OTHER_PEAKS), see_memory_usage's Max_MA of the steps, not of
+    building the engine: CONSTRUCTION_REPORTS, nor an unlabelled report (its label line cut off) before the
+    log's first per-step figure), else the highest reserved peak (ms-swift's, nanotron's), else nvidia-smi's
+    highest used memory."""
+    best: dict[str, Figure] = {}
+
+    def offer(kind: str, value: float, source: str) -> None:
+        if value > 0 and (kind not in best or value > best[kind].value):
+            best[kind] = Figure(value, source)
+
+    held = scan.facts.get("max_mem_allocated_gb")
+    if held is not None:
+        offer("max_allocated", float(held.value) * GiB, f"log:{held.line.number}: MaxMemAllocated")  # type: ignore[arg-type]
+    for name, peak in OTHER_PEAKS.items():
         fact = scan.facts.get(name)
-        if fact is not None and (best is None or float(fact.value) * scale > best.value):  # type: ignore[arg-type]
-            best = Figure(float(fact.value) * scale, f"log:{fact.line.number}: {what}")  # type: ignore[arg-type]
+        if fact is not None:
+            offer(peak.kind, float(fact.value), f"log:{fact.line.number}: {peak.what}")  # type: ignore[arg-type]
     firsts = [lines[0].number for lines in scan.series_lines.values() if lines]
     first_step = min(firsts) if firsts else None
     for report in scan.memory_reports:
         unlabelled_before_steps = not report.label and (first_step is None or report.line.number < first_step)
         if CONSTRUCTION_REPORTS.search(report.label) or unlabelled_before_steps:
             continue  # building the engine, or a report whose label the log cut before any step: not a step's peak
-        if best is None or report.max_ma_gb * GiB > best.value:
-            best = Figure(report.max_ma_gb * GiB, f"log:{report.line.number}: see_memory_usage Max_MA")
-    if best is not None and best.value > 0:
-        return best, "max_allocated"
-    swift = scan.facts.get("swift_max_reserved_gib")
-    if swift is not None and float(swift.value) > 0:  # type: ignore[arg-type]
-        return Figure(float(swift.value) * GiB, f"log:{swift.line.number}: ms-swift memory(GiB) (max reserved)"), "max_reserved"  # type: ignore[arg-type]
+        offer("max_allocated", report.max_ma_gb * GiB, f"log:{report.line.number}: see_memory_usage Max_MA")
+    for kind in ("max_allocated", "max_reserved"):
+        if kind in best:
+            return best[kind], kind
     smi = scan.facts.get("nvidia_smi_used_mib")
     if smi is not None:
         return Figure(int(smi.value) * 2**20, f"log:{smi.line.number}: nvidia-smi"), "nvidia-smi"  # type: ignore[call-overload]

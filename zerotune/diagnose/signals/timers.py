@@ -25,7 +25,7 @@ Who prints each line, at DeepSpeed 0.19.8 / transformers 4.x:
   `0:36:58.55`, `1 day, 2:03:04.56`); tqdm's bar `200/200 [03:45<00:00,  1.13s/it]` once per
   optimizer step.
 - nvidia-smi's table: `|  40536MiB / 81920MiB |` per GPU (memory used / total).
-- Megatron's iteration line (`_ITERATION_MS`), next to DeepSpeed's lines in Megatron-DeepSpeed runs.
+- Megatron's iteration line (`_ITERATION`), next to DeepSpeed's lines in Megatron-DeepSpeed runs.
 
 They come once per step per rank, so they are read in bulk per block (findall), not one by one. A number
 is digits with an optional fraction: prose quoting a field (`SamplesPerSec=...`) is not a figure and
@@ -35,6 +35,7 @@ must not stop the scan.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from zerotune.diagnose.records import Fact, Scan
 from zerotune.diagnose.signals.signal import Block, BlockSignal
@@ -63,22 +64,82 @@ _TIMER_STEPS = re.compile(rb"micro_step=(\d+)/global_step=(\d+), RunningAvgSampl
 """The throughput line's counters (ThroughputTimer.stop, deepspeed/utils/timer.py): micro_step counts every
 stop() (each engine.step() call), global_step the accumulation boundaries; their ratio is how many
 micro-steps the timer saw per optimizer step."""
-_OTHER_PEAKS = {
-    "megatron_max_allocated_mib": re.compile(rb"memory \(MB\) \| allocated: [\d.]+ \| max allocated: (\d+(?:\.\d+)?)"),
-    "llama_recipes_max_allocated_gib": re.compile(rb"Max CUDA memory allocated was (\d+) GB", re.I),
+SI = {b"": 1.0, b"K": 1e3, b"M": 1e6, b"G": 1e9, b"T": 1e12}
+"""nanotron's human_format suffixes (nanotron/logging.py human_format: 3 significant digits, divided by 1000
+per step unless told divide_by_1024, which its training log never is)."""
+
+
+@dataclass(frozen=True)
+class PeakLine:
+    """A peak-memory figure another framework prints: its pattern (group 1 the number, group 2 an optional
+    human_format suffix), the bytes of its printed unit, and which counter it is."""
+
+    marker: bytes
+    """a literal of the line: blocks without it are not searched (the scan reads every block)"""
+    pattern: re.Pattern[bytes]
+    unit: float
+    kind: str
+    what: str
+
+
+OTHER_PEAKS = {
+    "megatron_max_allocated_bytes": PeakLine(
+        b"max allocated: ",
+        re.compile(rb"memory \(MB\) \| allocated: [\d.]+ \| max allocated: (\d+(?:\.\d+)?)()"),
+        2**20, "max_allocated", "Megatron's max allocated (MB = 2**20 bytes)",
+    ),
+    "llama_recipes_max_allocated_bytes": PeakLine(
+        b"allocated was",
+        re.compile(rb"Max CUDA memory allocated was (\d+)() GB", re.I),
+        2**30, "max_allocated", "llama-recipes' max CUDA memory allocated (whole GiB, rounded down)",
+    ),
+    "mmengine_max_allocated_bytes": PeakLine(
+        b"memory: ",
+        re.compile(rb"\bdata_time: \d+(?:\.\d+)?\s+memory: (\d+)()\b"),
+        2**20, "max_allocated", "mmengine's memory (max allocated, MiB)",
+    ),
+    "colossalai_max_allocated_bytes": PeakLine(
+        b"max allocated ",
+        re.compile(rb"GPU: allocated [\d.]+ MB,\s+max allocated (\d+(?:\.\d+)?)() MB"),
+        2**20, "max_allocated", "ColossalAI's max allocated (MB = 2**20 bytes)",
+    ),
+    "habana_max_allocated_bytes": PeakLine(
+        b"max_memory_allocated (GB)",
+        re.compile(rb"['\"]max_memory_allocated \(GB\)['\"]: (\d+(?:\.\d+)?)()"),
+        2**30, "max_allocated", "optimum-habana's max_memory_allocated (GB = 2**30 bytes)",
+    ),
+    "swift_max_reserved_bytes": PeakLine(
+        b"'memory(GiB)'",
+        re.compile(rb"'memory\(GiB\)': '?(\d+(?:\.\d+)?)()"),
+        2**30, "max_reserved", "ms-swift memory(GiB) (max reserved)"
+    ),
+    "nanotron_max_reserved_bytes": PeakLine(
+        b"cuda_max_memory_reserved: ",
+        re.compile(rb"\| cuda_max_memory_reserved: (\d+(?:\.\d+)?)([KMGT]?)\b"),
+        1.0, "max_reserved", "nanotron's cuda_max_memory_reserved (human_format, K/M/G by 1000)",
+    ),
 }
-"""torch.cuda.max_memory_allocated as other frameworks print it: Megatron-LM's report_memory (`[Rank 0] (after
-10 iterations) memory (MB) | allocated: ... | max allocated: 14024.8`, divided by 1024 * 1024: MiB) and
-llama-recipes' MemoryTrace (`Max CUDA memory allocated was 47 GB`, byte2gb = int(x / 2**30): whole GiB,
-rounded down; the gauge is reset at each epoch's start, so it is the training's peak)."""
-_SWIFT_MEMORY = re.compile(rb"'memory\(GiB\)': '?(\d+(?:\.\d+)?)")
-"""ms-swift's logging dict (`'memory(GiB)': '39.34'`): swift/trainers/callback.py get_max_cuda_memory, the
-process's torch.cuda.max_memory_reserved / 1024**3 (summed over its devices only when one process spans
-several, device_map model parallel: not a DeepSpeed run)."""
-_ITERATION_MS = re.compile(rb"elapsed[ _]time[ _]per[ _]iteration(?: \(ms\):|_ms=) *(\d+(?:\.\d+)?)")
+"""Peak memory as other frameworks print it, each read as bytes. torch.cuda.max_memory_allocated (or an
+accelerator's own): Megatron-LM's report_memory (`[Rank 0] (after 10 iterations) memory (MB) | allocated:
+... | max allocated: 14024.8`, divided by 1024 * 1024: MiB); llama-recipes' MemoryTrace (`Max CUDA memory
+allocated was 47 GB`, byte2gb = int(x / 2**30): whole GiB, rounded down; the gauge is reset at each epoch's
+start, so it is the training's peak); mmengine's LogProcessor (`Iter(train) [ 20/720] ... time: 2.8037
+data_time: 0.0071  memory: 13969`: _get_max_memory, torch.cuda.max_memory_allocated // (1024 * 1024), printed
+after time and data_time; XTuner's logs); ColossalAI's report_memory_usage (`GPU: allocated 544.23 MB, max
+allocated 1228.89 MB`: colossalai/utils/memory.py, _bytes_to_MB divides by 1024 * 1024); optimum-habana's
+GaudiTrainer metrics (`'max_memory_allocated (GB)': 73.99`: optimum/habana/utils.py get_hpu_memory_stats,
+to_gb_rounded of the HPU allocator's MaxInUse, / 1024**3). torch.cuda.max_memory_reserved, compared as that
+counter: ms-swift's logging dict (`'memory(GiB)': '39.34'`: swift/trainers/callback.py get_max_cuda_memory,
+/ 1024**3, summed over its devices only when one process spans several, device_map model parallel: not a
+DeepSpeed run); nanotron's training log (`cuda_max_memory_reserved: 547M`: nanotron/trainer.py logs
+torch.cuda.max_memory_reserved() in human_format, SI)."""
+_ITERATION = re.compile(rb"elapsed[ _]time[ _]per[ _]iteration(?: \((ms|s)\):|_(ms)(?:=|: )) *(\d+(?:\.\d+)?)(K?)")
 """Megatron-LM's training_log line (Megatron-DeepSpeed, GPT-NeoX alike): `elapsed time per iteration (ms):
 14287.5`, the wall clock of the last log interval over its iterations (data loading included); ALCF's
-Megatron-DeepSpeed logs it as `elapsed_time_per_iteration_ms=16030.6`."""
+Megatron-DeepSpeed logs it as `elapsed_time_per_iteration_ms=16030.6`; BigScience's Megatron-DeepSpeed
+(training_log: `elapsed time per iteration (s): {:.2f}`, tests/fixtures/logs/measure/real/bigscience_tr11*)
+and a patched Megatron-LM (real/jupiter*) in seconds; nanotron (nanotron/trainer.py LogItem
+`elapsed_time_per_iteration_ms`, human_format) as `elapsed_time_per_iteration_ms: 41.2`, `1.23K` past 1000 ms."""
 
 
 _TQDM = re.compile(rb"\[[\d:]+<[\d:?]+, +(\d+(?:\.\d+)?)(s/it|it/s)")  # starts with a literal: a fast scan
@@ -206,12 +267,13 @@ def _samples_per_s(block: Block, s: Scan) -> None:
 
 
 def _iteration(block: Block, s: Scan) -> None:
-    """Megatron's wall-clock time per iteration (one iteration is one optimizer step)."""
+    """Megatron's wall-clock time per iteration (one iteration is one optimizer step), in ms."""
     if b"per_iteration" in block.data or b"per iteration" in block.data:
-        found = list(_ITERATION_MS.finditer(block.data))
+        found = list(_ITERATION.finditer(block.data))
         if found:
             at = (found[0].start(), found[-1].start())
-            _series(block, s, "iteration_ms", b"", [float(m.group(1)) for m in found], at)
+            ms = [float(m.group(3)) * (1000.0 if m.group(1) == b"s" else 1.0) * SI[m.group(4)] for m in found]
+            _series(block, s, "iteration_ms", b"", ms, at)
 
 
 def _max_mem(block: Block, s: Scan) -> None:
@@ -234,22 +296,16 @@ def _seconds(clock: bytes) -> float:
 
 
 def _other_peaks(block: Block, s: Scan) -> None:
-    """The highest of each framework's own max-allocated figure (_OTHER_PEAKS), on its line."""
-    swift = list(_SWIFT_MEMORY.finditer(block.data)) if b"'memory(GiB)'" in block.data else []
-    if swift:
-        top = max(swift, key=lambda m: float(m.group(1)))
-        held = s.facts.get("swift_max_reserved_gib")
-        if held is None or float(top.group(1)) > float(held.value):  # type: ignore[arg-type]
-            s.facts["swift_max_reserved_gib"] = Fact(float(top.group(1)), block.line_at(top.start()))
-    if b"max allocated: " not in block.data and b"memory allocated was" not in block.data.lower():
-        return
-    for name, pattern in _OTHER_PEAKS.items():
-        found = list(pattern.finditer(block.data))
+    """The highest of each framework's own peak figure (OTHER_PEAKS), in bytes, on its line."""
+    for name, peak in OTHER_PEAKS.items():
+        if peak.marker not in block.data:
+            continue
+        found = [(float(m.group(1)) * peak.unit * SI[m.group(2)], m.start()) for m in peak.pattern.finditer(block.data)]
         if found:
-            top = max(found, key=lambda m: float(m.group(1)))
+            top, at = max(found)
             held = s.facts.get(name)
-            if held is None or float(top.group(1)) > float(held.value):  # type: ignore[arg-type]
-                s.facts[name] = Fact(float(top.group(1)), block.line_at(top.start()))
+            if held is None or top > float(held.value):  # type: ignore[arg-type]
+                s.facts[name] = Fact(top, block.line_at(at))
 
 
 def _hf_final(block: Block, s: Scan) -> None:
@@ -311,6 +367,42 @@ def _progress(block: Block, s: Scan) -> None:
         s.progress_line = block.line_at(at)
 
 
+UNREAD = {
+    "flops_profiler_summary": (
+        b"iter latency:",
+        "the flops profiler's summary times one profiled step, its forward under the profiler's module hooks that "
+        "synchronize the device before and after every module (deepspeed/profiling/flops_profiler/profiler.py:116-124 "
+        "at 0.19.8), and its samples/second counts micro-batch x world size (profiler.py:398): not a training step",
+    ),
+    "mmengine_iteration_time": (
+        b"data_time: ",
+        "mmengine's `time` is one dataloader iteration, a micro-batch when the optimizer accumulates (XTuner's "
+        "accumulative_counts; mmengine OptimWrapper steps every accumulative_counts iterations): not an optimizer step",
+    ),
+    "comms_logger_summary": (
+        b"busbw_avg (Gbps)",
+        "deepspeed.comm.log_summary's table totals synchronized collectives over the whole run (engine building "
+        "included): no step time",
+    ),
+    "micro_step_timers": (
+        b"_microstep: ",
+        "DeepSpeed's per-micro-step timers without the step's line (wall_clock_breakdown prints the step line at "
+        "each optimizer step): a micro-step is not the optimizer step",
+    ),
+}
+"""Lines that carry times a step is not made of, each with why, so that a log holding only them is refused
+with its reason instead of a bare "nothing found" (zerotune.diagnose.measure adds the reason when it reads no
+step time)."""
+
+
+def _unread(block: Block, s: Scan) -> None:
+    """The first line of each UNREAD kind."""
+    for name, (marker, _) in UNREAD.items():
+        at = block.data.find(marker) if name not in s.facts else -1
+        if at >= 0:
+            s.facts[name] = Fact(True, block.line_at(at))
+
+
 SIGNALS = (
     BlockSignal("progress_line", _progress),
     BlockSignal("breakdown", _breakdown),
@@ -319,4 +411,5 @@ SIGNALS = (
     BlockSignal("facts", _max_mem),
     BlockSignal("facts", _other_peaks),
     BlockSignal("facts", _hf_final),
+    BlockSignal("facts", _unread),
 )
