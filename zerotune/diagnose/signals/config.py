@@ -468,12 +468,25 @@ DeepSpeed releases added (intel-extension-for-deepspeed#46, fixed by an extensio
 Raised in the training script's own frame, it is the script's subclass (no release to align)."""
 
 
+MISSING_ATTRIBUTE = re.compile(r"AttributeError: '(?!NoneType')\w+' object has no attribute '(?!ds_)\w+'")
+"""Python's AttributeError for an attribute an object's class does not define (Objects/object.c
+PyObject_GenericGetAttr: "'%.100s' object has no attribute '%U'"). Raised in library code, it is code written against
+another release of the object's library: accelerate's map_pytorch_optim_to_deepspeed reading `optim_bits` from a
+bitsandbytes optimizer whose latest release dropped it (axolotl#2191, fixed by accelerate PR 3311), transformers'
+Trainer reading an Accelerator attribute of another accelerate (accelerate#2181), DeepSpeed's ZeRO-Offload hooks renamed
+under trl (trl#2962). Left out: `NoneType` (an object never built, not a release: DeepSpeed's unset NVMe swapper,
+signals.memory), ZeRO-3's own `ds_*` attributes (a parameter or module ZeRO-3 never partitioned or hooked, signals.params:
+the line cannot tell a release from a script), and the same error raised in the script's own frame (its own bug)."""
+
+
 def _version(hit: Hit) -> None:
     if "accepting this combination" in hit.line.text:
         return  # DeepSpeed accepts a CUDA minor-version difference: a warning, not the failure
     if _VERSION.search(hit.line.text):
         hit.scan.add(hit.scan.version_errors, hit.line)
-    elif ABSTRACT_REFUSAL.search(hit.line.text) and frames.raised_in_library(hit):
+    elif (
+        ABSTRACT_REFUSAL.search(hit.line.text) or MISSING_ATTRIBUTE.search(hit.line.text)
+    ) and frames.raised_in_library(hit):
         hit.scan.add(hit.scan.version_errors, hit.line)
 
 
