@@ -64,3 +64,21 @@ def test_a_missing_attribute_raised_in_library_code_is_a_version_mismatch() -> N
     assert diagnose(script.encode()).diagnosis.cause != "version_mismatch"
     none = lib.replace("'LoraConfig' object", "'NoneType' object")
     assert diagnose(none.encode()).diagnosis.cause != "version_mismatch"
+
+
+def test_an_oom_while_the_engine_places_the_whole_model_is_set_up() -> None:
+    """PrimeIntellect-ai/verifiers#106: an OOM under DeepSpeed's engine moving the 72B model to the GPU, its message cut
+    ("torch.OutOfMemoryError: CUDA o"), read as an OOM "at a point the traceback does not show". Here the engine's
+    mixed-precision cast in the same function (DeepSpeed 0.19.8 `_configure_distributed_model`): the set-up phase."""
+    log = (
+        "Traceback (most recent call last):\n"
+        '  File "/opt/venv/lib/python3.12/site-packages/deepspeed/runtime/engine.py", line 1762, in '
+        "_configure_distributed_model\n"
+        "    self._cast_module_mixed_precision(param_dtype, buffer_dtype, is_zero_init_model)\n"
+        '  File "/opt/venv/lib/python3.12/site-packages/torch/nn/modules/module.py", line 1355, in convert\n'
+        "    return t.to(device, dtype)\n"
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.96 GiB. GPU 0 has a total capacity of "
+        "79.19 GiB of which 1.02 GiB is free.\n"
+    )
+    report = diagnose(log.encode())
+    assert report.diagnosis.cause == "gpu_oom" and "set up" in report.diagnosis.title
