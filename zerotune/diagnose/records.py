@@ -115,7 +115,8 @@ class CollectiveFailure:
     timeout_ms: int | None = None
     rank: int | None = None
     detail: str | None = None
-    """for an error, what NCCL said failed when it says: shm (its /dev/shm segment) or duplicate_gpu; for
+    """for an error, what NCCL said failed when it says: shm (its /dev/shm segment), duplicate_gpu, cuda (a CUDA
+    call NCCL made), peer_access (that call refused for GPUs without P2P); for
     a timeout, `either` when the line is torch's for an error or a timeout alike, `nccl_id` when the ranks
     timed out waiting for rank 0's NCCL communicator id (nccl.NCCL_ID_WAIT)"""
 

@@ -99,6 +99,21 @@ def nccl_error(d: Diagnosis, scan: Scan, job: Job) -> FixOut:
             ],
             "Do not hard-code a CUDA device; let the launcher's LOCAL_RANK choose it.",
         )
+    if "peer_access" in details:
+        # NCCL's CUDA call failed with cudaErrorPeerAccessUnsupported (217): its P2P transport between GPUs
+        # without peer access; the SHM transport maps peer memory too, so SkyRL PR 108 disables both
+        return unchecked(
+            [
+                Change(
+                    key="(environment) NCCL_P2P_DISABLE / NCCL_SHM_DISABLE",
+                    old=None,
+                    new="1 / 1",
+                    reason="these GPUs cannot access each other's memory (no P2P: PCIe cards such as L4/L40S, or "
+                    "across NUMA nodes); NCCL then goes through host memory over the network transport",
+                )
+            ],
+            "`nvidia-smi topo -m` shows the links; torch.cuda.can_device_access_peer(i, j) says which pairs lack P2P.",
+        )
     if "ib_completion" in details:
         # a failed InfiniBand work completion (status 12: retries exhausted) is the fabric between the two
         # GPUs, not the job: NCCL_IB_TIMEOUT/NCCL_IB_RETRY_CNT tune how long it retries (NCCL's env docs)

@@ -13,6 +13,7 @@ from zerotune.diagnose.signals.config import (
     ACCELERATE_PREPARE,
     OPTIMIZER_PAIRING,
     PARALLEL_LAYOUT,
+    TENSOR_PARALLEL_LOAD,
     ZERO3_LOADING,
     ZERO_STAGE_FEATURE,
 )
@@ -121,6 +122,19 @@ def config_rejected(d: Diagnosis, scan: Scan, job: Job) -> FixOut:
             "If the script passes neither, a transformers/accelerate pair of other releases than the script's "
             "sets them (install the versions it pins).",
         )
+    if rej is not None and rej.model == TENSOR_PARALLEL_LOAD:
+        return unchecked(
+            [
+                Change(
+                    key="(script) from_pretrained(device_map=...)",
+                    old='"auto" (or a tp_plan)',
+                    new='none, or "cuda" / the local rank\'s device',
+                    reason="a device_map of \"auto\" in a distributed launch loaded the model tensor-parallel "
+                    "(DTensor parameters) in the transformers releases before PR 38942; DeepSpeed shards the model itself",
+                )
+            ],
+            "Or a transformers with PR 38942, where only an explicit tp_plan loads tensor-parallel.",
+        )
     values = {f.field: f.value for f in rej.fields} if rej else {}
     if "world_size" in values and all(
         values.get(k) for k in ("train_micro_batch_size_per_gpu", "gradient_accumulation_steps")
@@ -198,6 +212,21 @@ def op_build(d: Diagnosis, scan: Scan, job: Job) -> FixOut:
             "Or install DeepSpeed with its ops prebuilt (DS_BUILD_OPS=1) on a machine with a newer compiler.",
         )
     op = next((str(e.value) for e in scan.build_errors if e.value), "the op")
+    if any(e.kind == "install_build" for e in scan.build_errors):
+        # the prebuild at pip install stopped in the op's sources (signals.ops _SETUP_BUILD): prebuilding again is
+        # no fix; leaving the op to the JIT build (or out) is
+        return unchecked(
+            [
+                Change(
+                    key=f"(environment) DS_BUILD_{op.upper()}" if op != "the op" else "(environment) DS_BUILD_OPS",
+                    old="1 (built at install)",
+                    new="0 (built at first use, or not at all if the run does not use it)",
+                    reason=f"the compiler stopped in {op}'s sources: this toolkit (CUDA/ROCm) and this DeepSpeed "
+                    "release do not build it together",
+                )
+            ],
+            "If the run needs the op, install a DeepSpeed release whose sources build with this toolkit.",
+        )
     return unchecked(
         [
             Change(

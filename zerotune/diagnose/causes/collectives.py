@@ -127,10 +127,20 @@ def nccl_error(scan: Scan, offload_configured: bool) -> Diagnosis | None:
     errors = [c for c in scan.collectives if c.kind == "error"]
     if not errors:
         return None
+    details = {e.detail for e in errors}
+    explanation = (
+        "NCCL's CUDA call was refused because these GPUs cannot access each other's memory (no peer-to-peer "
+        "access: error 217); NCCL's P2P transport needs it."
+        if "peer_access" in details
+        else "A CUDA call NCCL made failed (its `Cuda failure` line names the CUDA error); run with "
+        "NCCL_DEBUG=INFO for the transport it was setting up."
+        if "cuda" in details
+        else "A collective failed with an NCCL error; run with NCCL_DEBUG=INFO for the transport."
+    )
     return Diagnosis(
         cause="nccl_error",
         title="NCCL error",
-        explanation="A collective failed with an NCCL error; run with NCCL_DEBUG=INFO for the transport.",
+        explanation=explanation,
         evidence=evidence([e.line for e in errors]),
         collective=CollectiveInfo(kind="error", ranks=sorted({e.rank for e in errors if e.rank is not None})),
         line=min(e.line.number for e in errors),

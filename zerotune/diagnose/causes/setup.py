@@ -164,6 +164,12 @@ def config_rejected(scan: Scan, offload_configured: bool) -> Diagnosis | None:
             "transformers refused to load the model with low_cpu_mem_usage or a device_map while DeepSpeed ZeRO-3 "
             "is active: under ZeRO-3 the weights are partitioned as they load."
         )
+    elif rej.model == config.TENSOR_PARALLEL_LOAD:
+        text = (
+            "The model holds DTensor parameters, so DeepSpeed's (or DDP's) broadcast of its parameters found no device "
+            "mesh for them: it was loaded tensor-parallel, as transformers does for device_map=\"auto\" in a distributed "
+            "launch (before its PR 38942). DeepSpeed expects plain parameters and partitions them itself."
+        )
     else:
         text = f"DeepSpeed's config parser ({rej.model}) rejected {keys}."
     return Diagnosis(

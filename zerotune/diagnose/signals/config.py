@@ -287,6 +287,16 @@ _ZERO3_LOADING = re.compile(r"DeepSpeed Zero-3 is not compatible with `?low_cpu_
 for what ZeRO-3 does (LLamaTuner#69: the script's device_map; removing it ran)."""
 
 
+_TENSOR_PARALLEL_LOAD = re.compile(r"found no DeviceMesh from dtensor args for c10d\.\w+")
+"""torch's DTensor dispatcher refusing a c10d collective called on DTensors (torch/distributed/tensor/_dispatch.py
+`unwrap_to_op_info`: a plain collective has no device mesh to run a DTensor op on): the model handed to DeepSpeed or DDP
+holds DTensor parameters, i.e. it was loaded tensor-parallel, and their broadcast of the parameters at start-up fails.
+transformers' from_pretrained loaded with its tensor-parallel plan whenever device_map="auto" met a distributed launch,
+from its TP support (PR 34184) until PR 38942 decoupled the two (huggingface/transformers#38771, pytorch#155463: "If
+they set device_map='cuda', the model is loaded as plain module"; ms-swift PR 4424 for transformers 4.52): the loading
+call asks for a parallelism DeepSpeed does not take (pytorch#150401 under accelerate's DeepSpeed)."""
+
+
 def _loading_or_layout(hit: Hit) -> None:
     text = hit.line.text
     if 'f"' in text or ".format(" in text:
@@ -294,6 +304,9 @@ def _loading_or_layout(hit: Hit) -> None:
     if _ZERO3_LOADING.search(text):
         field = FieldError("(from_pretrained) device_map / low_cpu_mem_usage", text.strip()[:200])
         hit.scan.add(hit.scan.rejections, Rejection(hit.line, "assert", model=ZERO3_LOADING, fields=[field]))
+    elif _TENSOR_PARALLEL_LOAD.search(text):
+        field = FieldError("(from_pretrained) device_map / tp_plan", text.strip()[:200])
+        hit.scan.add(hit.scan.rejections, Rejection(hit.line, "assert", model=TENSOR_PARALLEL_LOAD, fields=[field]))
     elif (m := _INDIVISIBLE.search(text)) is not None:
         names = [g for g in m.groups() if g and not g.isdigit()]
         field = FieldError(" / ".join(names) or "parallel sizes", text.strip()[:200])
@@ -302,6 +315,7 @@ def _loading_or_layout(hit: Hit) -> None:
 
 PARALLEL_LAYOUT = "the parallel layout"
 ZERO3_LOADING = "transformers' ZeRO-3 loading"
+TENSOR_PARALLEL_LOAD = "a tensor-parallel model load"
 
 
 _ACCELERATE_IGNORED = re.compile(r"When using `deepspeed_config_file`, the following accelerate config variables will be ignored:\s*\[([^\]]*)\]")
@@ -468,12 +482,32 @@ DeepSpeed releases added (intel-extension-for-deepspeed#46, fixed by an extensio
 Raised in the training script's own frame, it is the script's subclass (no release to align)."""
 
 
+MISSING_ATTRIBUTE = re.compile(
+    r"AttributeError: '(?!(?:NoneType|str|bytes|int|float|bool|dict|list|tuple|set|Dummy(?:Optim|Scheduler))')\w+' "
+    r"object has no attribute '(?!ds_)\w+'"
+)
+"""Python's AttributeError for an attribute an object's class does not define (Objects/object.c
+PyObject_GenericGetAttr: "'%.100s' object has no attribute '%U'"). Raised in library code, it is code written against
+another release of the object's library: accelerate's map_pytorch_optim_to_deepspeed reading `optim_bits` from a
+bitsandbytes optimizer whose latest release dropped it (axolotl#2191, fixed by accelerate PR 3311), transformers'
+Trainer reading an Accelerator attribute of another accelerate (accelerate#2181), DeepSpeed's ZeRO-Offload hooks renamed
+under trl (trl#2962). Left out: `NoneType` (an object never built, not a release: DeepSpeed's unset NVMe swapper,
+signals.memory), Python's builtin types (a value of the wrong type handed to the library: the caller's), accelerate's
+DummyOptim/DummyScheduler (accelerate/utils/deepspeed.py: stand-ins that present the parameters until DeepSpeed's engine
+replaces them, with no `step` of their own: stepping one means DeepSpeed was never set up, a DeepSpeed config run as one
+process: DeepSpeed#3867, where the Trainer fell back to DataParallel; ms-swift#1775: "ZeRO2/3 on a single GPU"), ZeRO-3's
+own `ds_*` attributes (a parameter or module ZeRO-3 never partitioned or hooked, signals.params: the line cannot tell a
+release from a script), and the same error raised in the script's own frame (its own bug)."""
+
+
 def _version(hit: Hit) -> None:
     if "accepting this combination" in hit.line.text:
         return  # DeepSpeed accepts a CUDA minor-version difference: a warning, not the failure
     if _VERSION.search(hit.line.text):
         hit.scan.add(hit.scan.version_errors, hit.line)
-    elif ABSTRACT_REFUSAL.search(hit.line.text) and frames.raised_in_library(hit):
+    elif (
+        ABSTRACT_REFUSAL.search(hit.line.text) or MISSING_ATTRIBUTE.search(hit.line.text)
+    ) and frames.raised_in_library(hit):
         hit.scan.add(hit.scan.version_errors, hit.line)
 
 
@@ -515,6 +549,7 @@ SIGNALS = (
             rb"Gradient accumulation steps:",
             rb"DeepSpeed",
             rb"AssertionError",
+            rb"DeviceMesh from dtensor args",  # torch's DTensor dispatcher (_TENSOR_PARALLEL_LOAD), its line cut
             rb"Input should be a valid integer, got a number with a fractional",
             rb"ZeRO-2 and ZeRO-3 are incompatible",
             rb"MoE is not supported",

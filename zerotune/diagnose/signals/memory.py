@@ -65,6 +65,10 @@ _PHASES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
             "init",
             r"_configure_zero_optimizer|DeepSpeedZeroOptimizer|_configure_optimizer|deepspeed\.initialize"
             r"|DeepSpeedEngine\(|zero\.Init|_partition_param|_convert_to_deepspeed_param|_broadcast_model"
+            # the engine casting the whole module and moving it to its GPU before any partitioning (engine.py
+            # `_configure_distributed_model` at 0.19.8: `_cast_module_mixed_precision`, then `self.module.to(self.device)`
+            # unless zero.Init placed it): PrimeIntellect-ai/verifiers#106's 72B model
+            r"|_configure_distributed_model"
             r"|from_pretrained|\bload_model\(|load_checkpoint_in_model|Trainer\(",
         ),
         ("activations_backward", r"backward|run_backward|autograd"),

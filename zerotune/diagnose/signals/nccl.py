@@ -47,6 +47,15 @@ library call failed or device error"); NCCL_DEBUG=WARN names the call. Its share
 segments in /dev/shm, which a Docker container gets at 64 MB unless started with --ipc=host or --shm-size:
 HRNet/DEKR#18 and LianjiaTech/BELLE#136, each fixed by --ipc=host."""
 
+CUDA_FAILURE = re.compile(r"Cuda failure (?:(\d+) )?'([^']+)'")
+"""NCCL's own line for a CUDA call that failed (NCCL src/include/checks.h: CUDACHECK and CUCHECK print `Cuda failure
+'%s'` / `Cuda failure %d '%s'` and return ncclUnhandledCudaError; torch repeats it after "Last error:"). The call is
+NCCL's, so the failure is NCCL's transport or setup, except when the GPU had no memory left for NCCL's buffers (error 2,
+`out of memory`: a GPU OOM, signals.memory). 217 is cudaErrorPeerAccessUnsupported (CUDA runtime driver_types.h: "P2P
+access is not supported across the given devices"): NCCL's P2P transport between GPUs without peer access (L4/L40S, PCIe
+cards across NUMA nodes: SkyRL PR 108, NeMo-RL#1683, where NCCL_P2P_DISABLE alone did not help and the PR also disables
+the SHM transport)."""
+
 MAX_WARNINGS = 5
 """NCCL WARN lines kept (a few show what failed; they must not crowd timeouts out of the bounded list)."""
 
@@ -55,7 +64,7 @@ def _failure(hit: Hit) -> None:
     """The watchdog's WorkNCCL line (op, sequence number, size, timeout), its per-rank line, or an
     NCCL error; the rank from the text, else from the line's prefix."""
     text = hit.line.text
-    if not hit.says("NCCL", "nccl", "Exception (either", "DistNetworkError", "Duplicate GPU detected"):
+    if not hit.says("NCCL", "nccl", "Exception (either", "DistNetworkError", "Duplicate GPU detected", "Cuda failure"):
         return
     s = hit.scan
     m = _NCCL_WORK.search(text)
@@ -82,6 +91,9 @@ def _failure(hit: Hit) -> None:
         s.add(s.collectives, CollectiveFailure(hit.line, "timeout", rank=rank))
     elif hit.says(*EITHER):
         s.add(s.collectives, CollectiveFailure(hit.line, "timeout", rank=rank, detail="either"))
+    elif (cuda := CUDA_FAILURE.search(text)) is not None and "out of memory" not in cuda.group(2):
+        detail = "peer_access" if "peer access" in cuda.group(2) else "cuda"
+        s.add(s.collectives, CollectiveFailure(hit.line, "error", rank=rank, detail=detail))
     elif (
         (shm := re.search(r"NCCL WARN .*(?:posix_fallocate|shared memory segment)", text))
         or (ib := _IB_COMPLETION.search(text))
@@ -114,13 +126,23 @@ def _transport(hit: Hit) -> None:
         hit.scan.add(hit.scan.nccl_transport, hit.line)
 
 
+ZERO3_RANK_CHECK = re.compile(r"disagreement (?:on list (?:length|contents) )?between rank(\d+) and rank(\d+)")
+"""ZeRO-3's check that every rank fetches the same parameters in the same order (deepspeed/runtime/zero/utils.py
+assert_ints_same_as_other_ranks over the ds_ids its parameter coordinator, zero.Init and the stage-3 reduce bucket
+record; partitioned_param_coordinator.py, partition_parameters.py, stage3.py): rank 0 broadcasts its list and a rank
+whose list differs raises. Since DeepSpeed PR 7525 (0.17.6) it says "Detected a disagreement on list length" or "... on
+list contents"; before, "disagreement between rank0 and rankN: rank0: [...], rankN: [...]" (LlamaFactory#4428's
+DeepSeek-V2-Lite, DeepSpeed#1960 under Lightning). Either way the ranks ran different modules (MoE routing, a branch
+taken on some ranks): their collectives are out of step."""
+
+
 def _mismatch(hit: Hit) -> None:
-    """TORCH_DISTRIBUTED_DEBUG's collective mismatch, and ZeRO-3's check that every rank has the same
-    number of parameters to fetch (deepspeed/runtime/zero/utils.py assert_lst_len_same_as_other_ranks)."""
+    """TORCH_DISTRIBUTED_DEBUG's collective mismatch, and ZeRO-3's cross-rank check of the parameters each rank fetches
+    (ZERO3_RANK_CHECK)."""
     text = hit.line.text
     if "mismatch between collectives" in text:
         hit.scan.add(hit.scan.collectives, CollectiveFailure(hit.line, "desync", rank=hit.line.rank))
-    elif (m := re.search(r"disagreement on list length between rank(\d+) and rank(\d+)", text)) is not None:
+    elif (m := ZERO3_RANK_CHECK.search(text)) is not None:
         hit.scan.add(hit.scan.collectives, CollectiveFailure(hit.line, "desync", rank=int(m.group(2))))
 
 
@@ -190,7 +212,8 @@ SIGNALS = (
             rb"Watchdog caught collective operation timeout",
             rb"Timeout at NCCL work",
             rb"Some NCCL operations have failed",
-            rb"Detected a disagreement on list length",
+            rb"Detected a disagreement on list",  # ZeRO-3's rank check since DeepSpeed 0.17.6: length or contents
+            rb"RuntimeError: disagreement between rank",  # ... before 0.17.6 (a trigger starts on a rare byte)
             rb"x_fallocate failed",  # posi-x: a trigger starts on a rare byte (scan.py)
             rb"Error while creating shared memory",
             rb"Duplicate GPU detected",

@@ -30,13 +30,17 @@ _BUILD = re.compile(
     r"|/ld: cannot find|Command '\['(?:which', ')?(?:ninja|nvcc|gcc|g\+\+|c\+\+|cmake|make)'"
     r"|torch_extensions/[^:]*?/(\w+)\.so: undefined symbol"
     r"|No module named '(?:deepspeed\.ops\.[\w.]*\.)?(\w+)_op'"
+    r"|" + r"(?:^|[\s/])[\w./-]*\.(?:cpp|cc|c|cu|cuh|hip|hpp|h)(?::\d+:\d+:|\(\d+\):) (?:fatal )?error: "
 )
 """... a build tool the op build runs that the machine lacks (subprocess's FileNotFoundError: `nvcc`, `ninja`,
 the compiler, or the `which` that torch.utils.cpp_extension's check_compiler_ok_for_platform runs on the compiler; OpenMOSS/MOSS#290, a
 container without `which`), and an op module the install never built: DeepSpeed's compiled ops load as `<op>_op` modules
 (`deepspeed.ops.adam.cpu_adam_op`: DeepSpeed issue 483, cpu_adam left out of the default install by
 PR 450; `PyInit_transformer_op`, issue 949), so a missing `*_op` module is a build to redo, not a
-version to change."""
+version to change. A compiler's own diagnostic in a C/C++/CUDA/HIP source (GCC's and Clang's `FILE:LINE:COL: error:`, nvcc's
+`FILE(LINE): error:`; hipcc is Clang) is the build failing wherever the log was cut: DeepSpeed#4552's `setup.py
+bdist_wheel` on ROCm 5.7, whose excerpt holds only hipcc's errors in the quantization kernels (no ninja or setuptools
+line)."""
 
 
 _OLD_COMPILER = re.compile(r"Your compiler \(([^)]*?\b(\d+)\.\d+[^)]*)\) may be ABI-incompatible with PyTorch")
@@ -90,6 +94,25 @@ def _build(hit: Hit) -> None:
     s.add(s.build_errors, Event(hit.line, "build", op))
 
 
+_SETUP_BUILD = re.compile(r"building '(deepspeed\.ops\.[\w.]+)' extension")
+_COMPILER_ERROR = re.compile(r"^\s*[*_`>]{0,3}\s*(?:fatal )?error: ")
+"""An op built at install time (setuptools' build_ext logs "building 'deepspeed.ops.quantizer.quantizer_op' extension"
+before it runs the compiler) with a compiler's `error:` line near it, before or after: the compiler's diagnostic without
+its location (a driver error, or one the reporter copied out of the log into their text: DeepSpeed#6795's hipcc error
+in markdown bold above the build log), indented as pip shows a build's output or set in markdown emphasis or a quote."""
+
+
+def _setup_build(hit: Hit) -> None:
+    m = _SETUP_BUILD.search(hit.line.text)
+    if m is None:
+        return
+    op = m.group(1).rsplit(".", 1)[-1].removesuffix("_op")
+    near = [*hit.before(None), *hit.after(lambda text: False)]
+    error = next((line for line in near if _COMPILER_ERROR.match(line.text)), None)
+    if error is not None:
+        hit.scan.add(hit.scan.build_errors, Event(error, "install_build", op))
+
+
 SIGNALS = (
     Signal("old_compiler", (rb"ABI-incompatible with PyTorch",), (_old_compiler,)),
     Signal(
@@ -111,7 +134,11 @@ SIGNALS = (
             rb"' failed with exit code",
             rb"No such file",
             rb"No module named '",
+            # a compiler's `FILE:LINE:COL: error:` / nvcc's `FILE(LINE): error:` in a C/C++/CUDA/HIP source: the
+            # trigger starts at the extension's dot (the `\.` group of Python's frame triggers, scan.py)
+            rb"\.(?:cpp|cc|c|cu|cuh|hip|hpp|h)(?::\d+:\d+:|\(\d+\):) (?:fatal )?error: ",
+            rb"' extension",  # setuptools' "building 'deepspeed.ops.X_op' extension" (_SETUP_BUILD)
         ),
-        (_build,),
+        (_build, _setup_build),
     ),
 )
