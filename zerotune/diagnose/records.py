@@ -232,7 +232,8 @@ class Scan:
     last_frame_cause: Event | None = None
     """the latest frame of a family (a traceback cut before its exception line ends with it)"""
     last_frame_import: LogLine | None = None
-    """the latest traceback frame whose source line is an import statement (signals.frames)"""
+    """the latest traceback frame inside an import: an import statement, the import system, or the body of the
+    module the frame before imports (signals.frames)"""
     nccl_transport: list[LogLine] = field(default_factory=list)
     """NCCL found no InfiniBand device and runs its inter-node traffic over TCP sockets"""
     port_conflicts: list[Event] = field(default_factory=list)

@@ -9,6 +9,7 @@ from zerotune.diagnose.explain import Job
 from zerotune.diagnose.records import Scan
 from zerotune.diagnose.report import Change, Diagnosis, FixOut
 from zerotune.diagnose.signals.config import (
+    ACCELERATE_CONFIG_CHECK,
     ACCELERATE_PLUGIN,
     ACCELERATE_PREPARE,
     OPTIMIZER_PAIRING,
@@ -45,6 +46,22 @@ def config_rejected(d: Diagnosis, scan: Scan, job: Job) -> FixOut:
                 )
             )
         return unchecked(changes, "Keep the DeepSpeed settings in the DeepSpeed config file only.")
+    if rej is not None and rej.model == ACCELERATE_CONFIG_CHECK:
+        if any(f.field == "gradient_accumulation_steps" for f in rej.fields):
+            change = Change(
+                key="gradient_accumulation_steps",
+                old="auto",
+                new="an integer (the script's accumulation steps)",
+                reason="accelerate's DeepSpeed plugin reads it before anything fills an \"auto\"",
+            )
+        else:
+            change = Change(
+                key="zero_optimization",
+                old="missing",
+                new='{"stage": N}',
+                reason="accelerate's DeepSpeed plugin refuses a DeepSpeed config without a ZeRO section",
+            )
+        return unchecked([change], "Fix the DeepSpeed config file given to accelerate or to --deepspeed.")
     if rej is not None and rej.model == ACCELERATE_PREPARE:
         return unchecked(
             [

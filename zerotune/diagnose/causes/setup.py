@@ -134,6 +134,11 @@ def config_rejected(scan: Scan, offload_configured: bool) -> Diagnosis | None:
             "the DeepSpeed config file alone sets them. Remove them from the accelerate config (a stale default "
             "one in the cache, ~/.cache/huggingface/accelerate, is the usual source)."
         )
+    elif rej.model == config.ACCELERATE_CONFIG_CHECK:
+        text = (
+            f"accelerate refused the DeepSpeed config it was given ({keys}) before DeepSpeed read it: its DeepSpeed "
+            "plugin needs a zero_optimization section and a numeric gradient_accumulation_steps."
+        )
     elif rej.model == config.ACCELERATE_PREPARE:
         text = (
             "accelerate refused to prepare the model for DeepSpeed: the config leaves train_micro_batch_size_per_gpu "

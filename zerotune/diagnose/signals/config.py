@@ -326,6 +326,19 @@ zero_stage, offload devices, mixed_precision, ...) next to a `deepspeed_config_f
 them (yuvalkirstain/PickScore#2, a stale default accelerate config left in the cache)."""
 
 
+_ACCELERATE_CONFIG_CHECK = re.compile(
+    r"Please specify the ZeRO optimization config in the DeepSpeed config"
+    r"|(gradient_accumulation_steps) cannot be set to 'auto' in the DeepSpeed config"
+)
+ACCELERATE_CONFIG_CHECK = "accelerate's DeepSpeed config check"
+"""accelerate's DeepSpeed plugin (accelerate/utils/dataclasses.py DeepSpeedPlugin.__post_init__) reading the DeepSpeed
+config it is given (a deepspeed_config_file, or the Trainer's --deepspeed through transformers' TrainingArguments)
+refuses one without a `zero_optimization` section ("Please specify the ZeRO optimization config in the DeepSpeed
+config." / "... config file." in older releases: zjunlp/KnowLM#87) and an "auto" gradient_accumulation_steps
+(transformers' Trainer fills its "auto" values before it builds the plugin; a script accelerate launches with a
+deepspeed_config_file has nothing to fill it); both before DeepSpeed sees the config."""
+
+
 _ACCELERATE_NO_MICRO_BATCH = re.compile(
     r"When using DeepSpeed,? `accelerate\.prepare\(\)` requires you to pass at least one of training or evaluation"
 )
@@ -364,8 +377,14 @@ def _optimizer_pairing(hit: Hit) -> None:
 
 
 def _accelerate_ignored(hit: Hit) -> None:
-    """accelerate's refusals: DeepSpeed keys in its own config next to a deepspeed_config_file (the list of keys
-    possibly wrapped over the next lines), or no per-GPU micro-batch it can read."""
+    """accelerate's refusals: a DeepSpeed config it cannot take (ACCELERATE_CONFIG_CHECK), DeepSpeed keys in its own
+    config next to a deepspeed_config_file (the list of keys possibly wrapped over the next lines), or no per-GPU
+    micro-batch it can read."""
+    if (check := _ACCELERATE_CONFIG_CHECK.search(hit.line.text)) is not None and 'f"' not in hit.line.text:
+        field = FieldError(check.group(1) or "zero_optimization", hit.line.text.strip()[:200])
+        rej = Rejection(hit.line, "assert", model=ACCELERATE_CONFIG_CHECK, fields=[field])
+        hit.scan.add(hit.scan.rejections, rej)
+        return
     if _ACCELERATE_NO_MICRO_BATCH.search(hit.line.text):
         field = FieldError("train_micro_batch_size_per_gpu", hit.line.text.strip()[:200])
         hit.scan.add(hit.scan.rejections, Rejection(hit.line, "assert", model=ACCELERATE_PREPARE, fields=[field]))
@@ -555,6 +574,7 @@ SIGNALS = (
             rb"MoE is not supported",
             rb"ValueError",
             rb"`deepspeed_config_file`",  # accelerate's DeepSpeedPlugin refusal (its ValueError may be cut)
+            rb"Please specify the ZeRO optimization",  # ... of a config without its ZeRO section (the same)
             rb"RuntimeError",
             rb"You can",  # accelerate's optimizer/scheduler refusals, pasted without their ValueError
         ),

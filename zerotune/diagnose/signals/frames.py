@@ -138,16 +138,31 @@ HfDeepSpeedConfig`, `import deepspeed`), read without its line prefixes (records
 timestamp)."""
 
 
+_IMPORT_MACHINERY = re.compile(r"^(?:<frozen importlib\._bootstrap(?:_external)?>|\S*importlib/__init__\.py) ")
+"""Frames of Python's import system (`<frozen importlib._bootstrap>` `_find_and_load`, `_call_with_frames_removed`,
+`importlib/__init__.py` `import_module`): a stack passes them only while a module is being imported, including the
+lazy imports of transformers' and trl's `_LazyModule._get_module`."""
+
+
 def _last_frame(hit: Hit) -> None:
     """Any traceback frame, of a family or not: with no `Traceback` header or exception line in the log
-    (an excerpt cut on both sides), the frames alone still show that the run failed. A frame whose source
-    line (the next line, Python's format) is an import statement is remembered: a traceback cut right
-    after it failed importing (located)."""
-    if _where(hit.line.text) is not None:
-        hit.scan.last_frame = hit.line
+    (an excerpt cut on both sides), the frames alone still show that the run failed. A frame inside an import
+    is remembered: a traceback cut right after it failed importing (located). That is a frame whose source
+    line (the next line, Python's format) is an import statement, a frame of the import system, or the body of
+    the module the frame before imports (`in <module>` right after an import: ds_report's `from
+    deepspeed.env_report import cli_main`, then deepspeed/__init__.py's `<module>`, DeepSpeed#5603)."""
+    where = _where(hit.line.text)
+    if where is not None:
+        s = hit.scan
+        previous_imports = s.last_frame is not None and s.last_frame is s.last_frame_import
+        s.last_frame = hit.line
         source = hit.data[hit.end + 1 : hit.end + 1 + 512].split(b"\n", 1)[0].decode("utf-8", "replace")
-        if _IMPORT_SOURCE.match(normalise(source)[0]):
-            hit.scan.last_frame_import = hit.line
+        if (
+            _IMPORT_SOURCE.match(normalise(source)[0])
+            or _IMPORT_MACHINERY.match(where)
+            or (previous_imports and where.endswith(" <module>"))
+        ):
+            s.last_frame_import = hit.line
 
 
 def _frame(hit: Hit) -> None:
@@ -190,15 +205,16 @@ def located(scan: Scan) -> Event | None:
     """The family of the failure: the first exception raised in code of a family (RAISED_IN), else the
     deepest family frame before the first exception line (its stack), else the last family frame in
     the log (a traceback cut before its exception line), else the first exception of a family. A traceback
-    cut right after an import statement (no exception line in the log) failed importing. None when
+    cut inside an import (no exception line in the log) failed importing. None when
     the first exception is a dtype mismatch (DTYPE_MISMATCH): its message, not its place, says what failed."""
     first: LogLine | None = scan.exceptions[0] if scan.exceptions else None
     if first is not None and DTYPE_MISMATCH.search(first.text):
         return None
     if first is None and scan.last_frame is not None and scan.last_frame_import is scan.last_frame:
-        # a traceback cut right after a frame whose statement is an import: the import raised (an ImportError
-        # or ModuleNotFoundError the cut lost, as EXCEPTION_FAMILIES reads them; LMFlow#913's
-        # `from transformers.deepspeed import HfDeepSpeedConfig`, a module transformers 4.46 removed)
+        # a traceback cut inside an import (_last_frame): the import raised (an ImportError or
+        # ModuleNotFoundError the cut lost, as EXCEPTION_FAMILIES reads them; LMFlow#913's `from
+        # transformers.deepspeed import HfDeepSpeedConfig`, a module transformers 4.46 removed; torch 2.4's
+        # removals under `import deepspeed`, DeepSpeed#5603 and alignment-handbook#180)
         return Event(scan.last_frame, "version_mismatch", "import")
     raised = [e for e in scan.frame_causes if e.value == "raised" and first is not None and e.line == first]
     if raised:

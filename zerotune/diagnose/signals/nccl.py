@@ -56,6 +56,12 @@ access is not supported across the given devices"): NCCL's P2P transport between
 cards across NUMA nodes: SkyRL PR 108, NeMo-RL#1683, where NCCL_P2P_DISABLE alone did not help and the PR also disables
 the SHM transport)."""
 
+_WATCHDOG = ("collective operation timeout", "Watchdog caught collective")
+"""The watchdog's timeout without its WorkNCCL: torch's WorkNCCL::checkTimeout (ProcessGroupNCCL.cpp) builds the only
+message that starts "Watchdog caught collective" ("... operation timeout: <work> ran for N milliseconds"), so its
+first words say a collective timed out where a paste or a progress bar's line cut the rest (LlamaFactory#8261's
+numbered paste ends "Watchdog caught collective operati")."""
+
 MAX_WARNINGS = 5
 """NCCL WARN lines kept (a few show what failed; they must not crowd timeouts out of the bounded list)."""
 
@@ -87,7 +93,7 @@ def _failure(hit: Hit) -> None:
         s.add(s.collectives, CollectiveFailure(hit.line, "timeout", rank=waiting, detail="nccl_id"))
     elif (t := re.search(r"Timeout at NCCL work: (\d+)", text)) is not None:
         s.add(s.collectives, CollectiveFailure(hit.line, "timeout", seq=int(t.group(1)), rank=rank))
-    elif hit.says("collective operation timeout"):
+    elif hit.says(*_WATCHDOG):
         s.add(s.collectives, CollectiveFailure(hit.line, "timeout", rank=rank))
     elif hit.says(*EITHER):
         s.add(s.collectives, CollectiveFailure(hit.line, "timeout", rank=rank, detail="either"))
@@ -209,7 +215,7 @@ SIGNALS = (
             rb"DistNetworkError",
             rb"Detected mismatch between collectives",
             rb"Exception \(either an error or timeout\)",  # the watchdog's per-rank line (no WorkNCCL on it)
-            rb"Watchdog caught collective operation timeout",
+            rb"Watchdog caught collective",  # the timeout's message, also where a paste cut it (_WATCHDOG)
             rb"Timeout at NCCL work",
             rb"Some NCCL operations have failed",
             rb"Detected a disagreement on list",  # ZeRO-3's rank check since DeepSpeed 0.17.6: length or contents
