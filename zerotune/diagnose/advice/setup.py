@@ -12,6 +12,8 @@ from zerotune.diagnose.signals.config import (
     ACCELERATE_CONFIG_CHECK,
     ACCELERATE_PLUGIN,
     ACCELERATE_PREPARE,
+    CONFIG_GIVEN_TWICE,
+    CONFIG_SOURCE,
     OPTIMIZER_PAIRING,
     PARALLEL_LAYOUT,
     TENSOR_PARALLEL_LOAD,
@@ -46,6 +48,15 @@ def config_rejected(d: Diagnosis, scan: Scan, job: Job) -> FixOut:
                 )
             )
         return unchecked(changes, "Keep the DeepSpeed settings in the DeepSpeed config file only.")
+    if rej is not None and rej.model == CONFIG_SOURCE:
+        none = bool(rej.fields) and rej.fields[0].value == "none"
+        change = Change(
+            key="--deepspeed_config / --deepscale_config / config=",
+            old="none given" if none else "both flags given",
+            new="a config file or dict" if none else "--deepspeed_config only (--deepscale_config is its old name)",
+            reason="deepspeed.initialize reads its config from exactly one place",
+        )
+        return unchecked([change], "Give deepspeed.initialize one DeepSpeed config.")
     if rej is not None and rej.model == ACCELERATE_CONFIG_CHECK:
         if any(f.field == "gradient_accumulation_steps" for f in rej.fields):
             change = Change(
@@ -200,6 +211,14 @@ def _versions(scan: Scan) -> str:
 
 
 def version_mismatch(d: Diagnosis, scan: Scan, job: Job) -> FixOut:
+    if any(CONFIG_GIVEN_TWICE.search(line.text) for line in scan.version_errors):
+        change = Change(
+            key="deepspeed.initialize(args=..., config=...)",
+            old="the config in both",
+            new="in one (drop args.deepspeed_config or config=), or DeepSpeed < 0.9 for a script pinned to it",
+            reason="DeepSpeed 0.9.0 refuses a config given twice; earlier releases took one silently",
+        )
+        return unchecked([change], "The script predates DeepSpeed 0.9's check; its pinned DeepSpeed also runs it.")
     versions = _versions(scan) or "the versions in the error"
     return unchecked(
         [

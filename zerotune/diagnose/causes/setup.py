@@ -134,6 +134,12 @@ def config_rejected(scan: Scan, offload_configured: bool) -> Diagnosis | None:
             "the DeepSpeed config file alone sets them. Remove them from the accelerate config (a stale default "
             "one in the cache, ~/.cache/huggingface/accelerate, is the usual source)."
         )
+    elif rej.model == config.CONFIG_SOURCE:
+        text = (
+            "deepspeed.initialize takes its DeepSpeed config from one place and found "
+            + ("none" if rej.fields and rej.fields[0].value == "none" else "both --deepscale_config and --deepspeed_config")
+            + "."
+        )
     elif rej.model == config.ACCELERATE_CONFIG_CHECK:
         text = (
             f"accelerate refused the DeepSpeed config it was given ({keys}) before DeepSpeed read it: its DeepSpeed "

@@ -233,6 +233,25 @@ _configure_zero_optimizer, _configure_optimizer; runtime/config.py _do_error_che
 0.19.8): the config asks for a combination DeepSpeed refuses."""
 
 
+_CONFIG_SOURCE = re.compile(
+    r"Not sure how to proceed, we were given both a deepscale_config and deepspeed_config"
+    r"|DeepSpeed requires --deepspeed_config to specify configuration file"
+)
+CONFIG_SOURCE = "deepspeed.initialize's config"
+"""deepspeed.initialize taking its config from exactly one place (deepspeed/__init__.py initialize at 0.19.8): it
+refuses both the deprecated --deepscale_config and --deepspeed_config, and no config at all ("DeepSpeed requires
+--deepspeed_config to specify configuration file")."""
+
+CONFIG_GIVEN_TWICE = re.compile(
+    r"Not sure how to proceed, we were given deepspeed configs in the deepspeed arguments and deepspeed\.initialize"
+)
+"""deepspeed.initialize refusing a config given both as `args.deepspeed_config` and as `config=`/`config_params=`: a
+check DeepSpeed 0.9.0 added (PR 3186, deepspeed/__init__.py), where earlier releases took one silently. Scripts
+written before it pass both (GPT-NeoX, whose thread's fix was DeepSpeed 0.8.x: EleutherAI/gpt-neox#885 and #1043;
+bigscience Megatron-DeepSpeed's `args=args`, #386): a script and a DeepSpeed release that do not go together, fixed
+by the release the script pins or by passing the config once."""
+
+
 _STAGE_ONLY = re.compile(
     r"\bonly (?:supported|makes sense|works|available|allowed) (?:with|for|in|under) (?:DeepSpeed )?"
     r"ZeRO[- ]?(?:[Ss]tage[- ]?)?(\d(?:(?:,\s*(?:or\s+)?|\s+or\s+|\s+and\s+)\d)*)",
@@ -254,6 +273,10 @@ def _deepspeed_config_error(hit: Hit) -> None:
             return  # the check's source line quoted by a traceback
         field = FieldError("zero_optimization.stage", hit.line.text.strip()[:200], m.group(1))
         hit.scan.add(hit.scan.rejections, Rejection(hit.line, "assert", model=ZERO_STAGE_FEATURE, fields=[field]))
+        return
+    if (src := _CONFIG_SOURCE.search(hit.line.text)) is not None and "assert " not in hit.line.text:
+        field = FieldError("config", src.group(0), "none" if "requires" in src.group(0) else "both flags")
+        hit.scan.add(hit.scan.rejections, Rejection(hit.line, "assert", model=CONFIG_SOURCE, fields=[field]))
         return
     m = _DS_CONFIG_ASSERTS.search(hit.line.text)
     if m and 'f"' not in hit.line.text and "assert " not in hit.line.text and ".format(" not in hit.line.text:
@@ -522,7 +545,9 @@ release from a script), and the same error raised in the script's own frame (its
 def _version(hit: Hit) -> None:
     if "accepting this combination" in hit.line.text:
         return  # DeepSpeed accepts a CUDA minor-version difference: a warning, not the failure
-    if _VERSION.search(hit.line.text):
+    if _VERSION.search(hit.line.text) or (
+        CONFIG_GIVEN_TWICE.search(hit.line.text) and "assert " not in hit.line.text
+    ):
         hit.scan.add(hit.scan.version_errors, hit.line)
     elif (
         ABSTRACT_REFUSAL.search(hit.line.text) or MISSING_ATTRIBUTE.search(hit.line.text)
@@ -606,6 +631,7 @@ SIGNALS = (
             rb"your accelerator via",  # accelerate's AcceleratorState built outside an Accelerator
             rb"Weights only load failed",  # torch.load's weights-only refusal (WEIGHTS_ONLY_REFUSAL) and its tail:
             rb"Check the documentation of torch\.load",
+            rb"Not sure how to proceed, we were given deepspeed",  # CONFIG_GIVEN_TWICE
             rb"_sync context manager is incompatible",  # DeepSpeed 0.16.0's no_sync assertion vs the HF Trainer of its time
         ),
         (_version,),

@@ -38,7 +38,12 @@ _EXIT = re.compile(
 _FAILED_EXIT = re.compile(
     r"exits with return code = (-?\d+)|exitcode\s*:\s*(-?\d+)|returned non-zero exit status (\d+)"
     r"|[Pp]rocess (?:exited|finished) with (?:exit )?code (-?\d+)|died with <Signals\.SIG\w+: (\d+)>"
+    r"|: \w+ exited with exit code (\d+)"
 )
+"""A process's non-zero end as its launcher reports it; the last form is pdsh's (`pdsh@HOST: NODE: ssh exited with
+exit code 255`), printed when the remote command it ran on a node, DeepSpeed's multi-node launch or one of its
+autotuner's experiments, ended non-zero; 255 is ssh's own failure to connect or log in (DeepSpeed#5709: ssh to
+localhost refused, the tuner's run never started)."""
 _FAILED = ("ChildFailedError", "Segmentation fault", "core dumped", "Fatal Python error")
 _NATIVE_ASSERT = re.compile(r"\.(?:c|cc|cpp|cxx|cu|cuh|h|hpp):\d+: .*Assertion [`'].*[`'] failed")
 """glibc's assert() message (`prog: file.cpp:125: int f(...): Assertion `expr' failed.`): a C++ op aborted the
@@ -263,6 +268,7 @@ SIGNALS = (
         "exits",
         (
             rb"xits with return code",
+            rb"xited with exit code",  # pdsh's report of a node's remote command (_FAILED_EXIT)
             rb"xitcode",
             rb"ChildFailedError",
             rb"Segmentation fault",
