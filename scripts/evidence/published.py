@@ -188,11 +188,6 @@ class Run(BaseModel):
     activation_checkpointing: bool
     checkpoint_in_cpu: bool = Field(False, description="checkpoints held in host memory (cpu_checkpointing)")
     optimizer: Literal["adamw", "adam", "sgd", "lion", "adagrad"] = "adamw"
-    torch_optimizer: bool = Field(
-        False,
-        description="the source's script hands a torch.optim optimizer to DeepSpeed (Workload.torch_optimizer); "
-        "false: DeepSpeed's own (FusedAdam, DeepSpeedCPUAdam, or a config optimizer section)",
-    )
     precision_section: dict[str, Any] = Field(
         default_factory=dict,
         description="the run's other keys of its bf16/fp16 section (bf16_master_weights_and_grads, ...)",
@@ -346,7 +341,6 @@ def run_workload(run: Run, precision: str) -> Workload:
         grad_accum=run.grad_accum,
         precision=precision,
         optimizer=run.optimizer,
-        torch_optimizer=run.torch_optimizer,
         activation_checkpointing=run.activation_checkpointing,
         checkpoint_in_cpu=run.checkpoint_in_cpu or (run.activation_offloading and run.activation_checkpointing),
         packing=bool(run.packing),
