@@ -101,6 +101,7 @@ def run_bench(
     host_memory_s: float | None = None,
     pace: bool = False,
     log: str | None = None,
+    lora: dict[str, Any] | None = None,
 ) -> BenchResult:
     """Measure real DeepSpeed steps of a proxy of `model` under `config` (see module doc).
 
@@ -186,6 +187,7 @@ def run_bench(
             "memory_phases": memory_phases,
             "host_memory": host_memory_s,
             "pace": pace,
+            "lora": lora,
         }
 
     say = progress or (lambda message: None)
