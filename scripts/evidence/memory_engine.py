@@ -100,6 +100,11 @@ GRID = [
     # targets for Llama), as zerotune.bench.decoder `add_lora` builds them
     _row("s2-lora-r64", 2, reduce_bucket_size=50_000_000, lora=(64, ("q_proj", "v_proj"))),
     _row("s3-lora-r64", 3, lora=(64, ("q_proj", "v_proj"))),
+    # every block linear adapted (peft's all-linear): the MLP's and o_proj's inputs kept again
+    _row("s2-lora-all-r16", 2, reduce_bucket_size=50_000_000,
+         lora=(16, ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"))),
+    # bf16: the 16-bit RMSNorm terms under a frozen weight
+    _row("s2-bf16-lora-seq128", 2, precision="bf16", seq=128, reduce_bucket_size=50_000_000, lora=(64, ("q_proj", "v_proj"))),
 ]
 
 

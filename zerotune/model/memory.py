@@ -53,7 +53,7 @@ from zerotune.schema.hardware import HardwareProfile
 from zerotune.schema.job import SAFETY_MARGIN
 from zerotune.schema.model import ModelSpec
 from zerotune.schema.workload import Workload
-from zerotune.units import DTYPE_BYTES, GiB, fmt_bytes
+from zerotune.units import DTYPE_BYTES, GiB, fmt_bytes, fmt_count
 
 DEFAULT_MARGIN = SAFETY_MARGIN  # the one margin (schema/job.py); callers judging otherwise pass theirs
 
@@ -385,6 +385,12 @@ def estimate_memory(
             f"{zero.master_dtype}_master_weights_and_grads: master weights and the optimizer's gradient copy in "
             f"{zero.master_dtype}, moments in {'16' if sb.moments < MOMENT_BYTES[workload.optimizer] else '32'} bits: "
             f"{sb.k} B of optimizer state per parameter instead of {4 + MOMENT_BYTES[workload.optimizer]}"
+        )
+    if facts.lora is not None:
+        notes.append(
+            f"LoRA r{facts.lora.rank} on {', '.join(facts.lora.targets)}: {fmt_count(trainable)} trainable parameters "
+            f"of {fmt_count(facts.psi)}; gradients, master weights and moments cover the adapters, the frozen base is "
+            + ("partitioned with them" if stage == 3 else "kept whole on every rank")
         )
     if stage == 3:
         notes.append(stage3_note(gathered, persistent, zero.prefetch_bucket_size, zero.max_live_parameters))
