@@ -309,6 +309,11 @@ def predict_step(
         first_touch_Bps=None if hardware.has_gpus else host.first_touch_Bps,
     )
     slowdown = hardware.compute.overlap_slowdown or 1.0
+    if workload.lora_rank:
+        notes.append(
+            "LoRA: the step time is costed as full fine-tuning's, an upper bound (the frozen base's weight gradients, "
+            "their reductions and its optimizer step are not run by the job; docs/limits.md)"
+        )
     if detail:
         notes.append(flops_source)
         if not streams and stage in (1, 2) and zero.overlap_comm and n > 1:
