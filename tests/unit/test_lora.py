@@ -151,3 +151,42 @@ def test_predict_reads_lora_from_the_launch_line_and_targets_need_a_rank(tmp_pat
 
     with pytest.raises(InputError, match="--lora-rank"):  # a usage error: exit 2 from the CLI
         JobInputs(model="llama-2-7b", lora_targets="q_proj").check()
+
+
+def _lora_step():
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "scripts" / "evidence" / "lora_step.py"
+    spec = importlib.util.spec_from_file_location("lora_step", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["lora_step"] = module
+    spec.loader.exec_module(module)
+    return module, json.loads(module.DATA.read_text())
+
+
+def test_step_flops_match_torch_flop_counter_exactly() -> None:
+    """torch's FlopCounterMode on the proxy (data/evidence/lora_step.json): full fine-tuning's backward is 2x its
+    forward; with rank-64 q/v adapters on a frozen base it is 34,980,495,360 against a 35,148,267,520 forward
+    (the base's input gradients only, none for the first block's q/k/v), as `prepare` gives the step model."""
+    lora_step, data = _lora_step()
+    assert data["flops"]["full"]["backward"] == 2 * data["flops"]["full"]["forward"]
+    assert data["flops"]["lora"]["backward"] == 34_980_495_360
+    for what, measured, predicted in lora_step.compare(data):
+        if what.startswith("FLOPs"):
+            assert predicted == measured, what
+
+
+def test_step_collectives_carry_the_adapters_and_stage3_still_gathers_the_base() -> None:
+    """Bytes per step DeepSpeed's comms logger recorded on 2 gloo ranks: stage 2 reduces and re-gathers only the
+    adapters (10,485,760 B of fp32 gradients = 2,621,440 elements), stage 3 reduce-scatters only them but
+    all-gathers the whole base (and, after the step, every persistent parameter once). The one-element step
+    all-reduce (8 B measured at stage 3, 4 B modelled) is left out."""
+    lora_step, data = _lora_step()
+    rows = [r for r in lora_step.compare(data) if "bytes" in r[0] and "all_reduce" not in r[0].split()[1]]
+    assert len(rows) >= 3
+    for what, measured, predicted in rows:
+        assert predicted == measured, what
+    s2 = {r[0]: r for r in lora_step.compare(data)}["s2-lora-r64 all_reduce bytes/step"]
+    assert s2[1] == s2[2] == 10_485_760 + 4

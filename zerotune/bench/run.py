@@ -231,6 +231,7 @@ def run_bench(
             grad_accum=prepared.grad_accum,
             nodes=nodes,
             activation_checkpointing=activation_checkpointing,
+            lora=lora,
         ),
         step_time_precision_pct=noise.relative_precision(times) * 100 if len(times) >= 3 else None,
         step_time_spread_pct=noise.spread(times) * 100,

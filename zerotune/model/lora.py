@@ -30,8 +30,11 @@ a frozen base:
   identity and x is the very tensor the base layer read);
 - a frozen RMSNorm weight keeps no normalised tensor (HF `LlamaRMSNorm`: weight * x_normed in the input
   dtype; Gemma's (1 + weight) in fp32), so each plain RMSNorm keeps only its fp32 upcast (its input in fp32);
-- the first block's input is the frozen embedding's output, which needs no gradient: its input norm keeps
-  nothing;
+- without activation checkpointing the first block's input is the frozen embedding's output, which needs no
+  gradient: its input norm keeps nothing, and q/k/v (and their adapters' lora_A) compute no input gradient.
+  With checkpointing, transformers and peft hook the embedding to make its output require one
+  (`PreTrainedModel.gradient_checkpointing_enable` -> `enable_input_require_grads` when a PEFT config is loaded;
+  peft `PeftModel._prepare_model_for_gradient_checkpointing`), as reentrant checkpointing needs;
 - each adapter keeps x·A (r per token) for lora_B's weight gradient;
 - attention kernels (SDPA, flash) keep q, k, v and their output whatever the weights, and the activation
   function and the gate's product keep their operands: unchanged. The output projection's input is the
@@ -165,3 +168,14 @@ def saved_delta(
     first = -((elem + rmsnorm_extra - normalised) if plain_rmsnorm else elem) * sbh
     head = -elem * sbh  # the frozen head keeps no input
     return block, first, head
+
+
+def first_block_skipped_flops(model: ModelSpec, lora: Lora) -> float:
+    """Backward FLOPs per token the first block does not run when its input needs no gradient (module
+    docstring): the input gradients of q, k and v (frozen: their weight gradients are not run either) and of the
+    lora_A adapters that read the same input (2 FLOPs per element of each matrix)."""
+    total = 0.0
+    for name in ("q_proj", "k_proj", "v_proj"):
+        fan_in, fan_out = projection_shape(model, name)
+        total += 2.0 * fan_in * fan_out + (2.0 * lora.rank * fan_in if name in lora.targets else 0.0)
+    return total
