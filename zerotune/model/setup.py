@@ -58,7 +58,7 @@ class Prepared:
     """Derived schedules keyed by the knobs they depend on (bucket size, persistence)."""
 
 
-_PREPARED: dict[tuple[int, Lora | None], Prepared] = {}
+_PREPARED: dict[tuple[int, Lora | None, bool], Prepared] = {}
 
 
 def prepare(model: ModelSpec, lora: Lora | None = None, checkpointing: bool = True) -> Prepared:
