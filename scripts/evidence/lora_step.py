@@ -85,7 +85,7 @@ def predicted_bytes(name: str) -> dict[str, float]:
 
     hardware = with_counts(load_profile("dgx-h100"), gpus_per_node=2, nodes=1)
     workload = Workload(seq_len=SEQ, precision="fp32", activation_checkpointing=False, gpus_per_node=2,
-                        lora_rank=LORA["rank"], lora_targets=tuple(LORA["targets"]))  # fmt: skip
+                        lora_rank=LORA["rank"], lora_targets=",".join(LORA["targets"]))  # fmt: skip
     est = predict_step(memory_engine.proxy_spec(), workload, resolve(ROWS[name]).zero, hardware, detail=True)
     out: dict[str, float] = {}
     for c in est.collectives:

@@ -156,7 +156,7 @@ def workload(row: dict[str, Any]) -> Workload:
         activation_checkpointing=row["ckpt"],
         gpus_per_node=2,
         lora_rank=row["lora"]["rank"] if row.get("lora") else None,
-        lora_targets=tuple(row["lora"]["targets"]) if row.get("lora") else (),
+        lora_targets=",".join(row["lora"]["targets"]) if row.get("lora") else "",
     )
 
 

@@ -69,9 +69,10 @@ class Lora(NamedTuple):
     targets: tuple[str, ...]
 
 
-def targets_of(model: ModelSpec, targets: tuple[str, ...]) -> tuple[str, ...]:
-    """The projections a LoRA job adapts: the ones it names (`all-linear`: every block linear), else peft's
-    default for the model's family. Raises InputError for a name zerotune does not lay out."""
+def targets_of(model: ModelSpec, said: str) -> tuple[str, ...]:
+    """The projections a LoRA job adapts: the ones it names, comma-separated (`all-linear`: every block linear),
+    else peft's default for the model's family. Raises InputError for a name zerotune does not lay out."""
+    targets = tuple(t.strip() for t in said.split(",") if t.strip())
     if not targets:
         family = model.family.split("-")[0]
         if family in PEFT_DEFAULT_FAMILIES or family.split("_")[0] in PEFT_DEFAULT_FAMILIES:

@@ -238,8 +238,8 @@ class JobInputs:
             value = getattr(self, name)
             if value is not None:
                 out[name] = value
-        if "lora_targets" in out:  # the Workload takes them as a tuple
-            out["lora_targets"] = tuple(t.strip() for t in str(out["lora_targets"]).split(",") if t.strip())
+        if "lora_targets" in out:  # as the Workload spells them: comma-separated, no blanks
+            out["lora_targets"] = ",".join(t.strip() for t in str(out["lora_targets"]).split(",") if t.strip())
         return out
 
     @property
