@@ -51,7 +51,8 @@ the model has the stage 1/2 bucket flush's flattened copy (zerotune.model.live_b
 
 
 def _row(name: str, stage: int, *, precision: str = "fp32", seq: int = 128, micro: int = 1, ga: int = 1,
-         ckpt: bool = False, offload: str = "none", foreach: bool = False, **zero: Any) -> dict[str, Any]:
+         ckpt: bool = False, offload: str = "none", foreach: bool = False, lora: tuple[int, tuple[str, ...]] | None = None,
+         **zero: Any) -> dict[str, Any]:
     section: dict[str, Any] = {"stage": stage, **zero}
     if offload != "none":
         section["offload_optimizer"] = {"device": offload}
@@ -59,8 +60,10 @@ def _row(name: str, stage: int, *, precision: str = "fp32", seq: int = 128, micr
     config: dict[str, Any] = {"zero_optimization": section, "optimizer": {"type": "AdamW", "params": params}}
     if precision == "bf16":
         config["bf16"] = {"enabled": True}
-    return {"name": name, "config": config, "seq": seq, "micro": micro, "ga": ga, "ckpt": ckpt,
-            "cpu_adam": offload != "none"}
+    row = {"name": name, "config": config, "seq": seq, "micro": micro, "ga": ga, "ckpt": ckpt, "cpu_adam": offload != "none"}
+    if lora is not None:
+        row["lora"] = {"rank": lora[0], "targets": list(lora[1])}
+    return row
 
 
 GRID = [
@@ -93,6 +96,15 @@ GRID = [
     # bf16 activations and logits (their fp32 upcast in the loss) at a length where they count
     _row("s2-bf16-seq128", 2, precision="bf16", seq=128, reduce_bucket_size=50_000_000),
     _row("s2-bf16-seq512", 2, precision="bf16", seq=512, reduce_bucket_size=50_000_000),
+    # LoRA: the base frozen (requires_grad=False), rank-64 adapters on q_proj and v_proj (peft's default
+    # targets for Llama), as zerotune.bench.decoder `add_lora` builds them
+    _row("s2-lora-r64", 2, reduce_bucket_size=50_000_000, lora=(64, ("q_proj", "v_proj"))),
+    _row("s3-lora-r64", 3, lora=(64, ("q_proj", "v_proj"))),
+    # every block linear adapted (peft's all-linear): the MLP's and o_proj's inputs kept again
+    _row("s2-lora-all-r16", 2, reduce_bucket_size=50_000_000,
+         lora=(16, ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"))),
+    # bf16: the 16-bit RMSNorm terms under a frozen weight
+    _row("s2-bf16-lora-seq128", 2, precision="bf16", seq=128, reduce_bucket_size=50_000_000, lora=(64, ("q_proj", "v_proj"))),
 ]
 
 
@@ -126,6 +138,7 @@ def measure(row: dict[str, Any]) -> dict[str, Any]:
         keep_precision=True,
         cpu_adam=row["cpu_adam"],
         max_micro_steps=None,
+        lora=row.get("lora"),
         progress=lambda message: print(f"  {message}", file=sys.stderr, flush=True),
     )
     measured = {p.phase: {"peak": p.measured_peak_bytes, "end": p.measured_end_bytes} for p in result.memory_phases or []}
@@ -142,6 +155,8 @@ def workload(row: dict[str, Any]) -> Workload:
         optimizer="adamw",
         activation_checkpointing=row["ckpt"],
         gpus_per_node=2,
+        lora_rank=row["lora"]["rank"] if row.get("lora") else None,
+        lora_targets=",".join(row["lora"]["targets"]) if row.get("lora") else "",
     )
 
 

@@ -149,7 +149,7 @@ def test_every_modelling_command_takes_the_workload_options():
     runner = CliRunner()
     for command in ("memory", "predict", "recommend", "validate", "diagnose"):
         result = runner.invoke(app, [command, "--help"], terminal_width=200, env={"COLUMNS": "200"})
-        for flag in ("--attention", "--liger", "--cross-entropy", "--packing", "--activation-offloading", "--zero-init", "--moe-impl", "--omp-threads"):
+        for flag in ("--attention", "--liger", "--cross-entropy", "--packing", "--activation-offloading", "--zero-init", "--moe-impl", "--omp-threads", "--lora-rank", "--lora-targets"):
             assert flag in result.output, (command, flag)
 
 

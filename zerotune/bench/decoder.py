@@ -40,6 +40,32 @@ def build_decoder(spec: ModelSpec, *, seed: int, dtype: Any = None) -> Any:
     return model
 
 
+def add_lora(model: Any, rank: int, targets: tuple[str, ...], *, seed: int) -> int:
+    """Freeze `model` and wrap each of its linears named in `targets` (q_proj, v_proj, ...) in a rank-`rank`
+    LoRA adapter, as HF peft's LoRA Linear computes it (peft tuners/lora/layer.py `Linear.forward`: the
+    frozen base layer's output plus lora_B(lora_A(dropout(x))) x scaling; `lora_dropout` 0, peft's
+    default, makes the dropout an identity; lora_A Kaiming-uniform, lora_B zeros, `reset_lora_parameters`).
+    Every base parameter gets requires_grad=False (peft `_mark_only_adapters_as_trainable`). Returns the
+    adapters' parameter count."""
+    import torch
+
+    classes = _classes()
+    for param in model.parameters():
+        param.requires_grad_(False)
+    added = 0
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        for module in list(model.modules()):
+            for name, child in list(module.named_children()):
+                if name in targets and isinstance(child, torch.nn.Linear):
+                    wrapped = classes.LoraLinear(child, rank)
+                    setattr(module, name, wrapped)
+                    added += sum(p.numel() for p in wrapped.parameters() if p.requires_grad)
+    if not added:
+        raise ValueError(f"no linear named {', '.join(targets)} in the proxy")
+    return added
+
+
 def module_names(spec: ModelSpec) -> list[str]:
     """Names of `timed_modules()` in order: the spec's layer names, plus the tied head's."""
     names = [layer.name for layer in spec.layers]
@@ -138,6 +164,20 @@ def _classes() -> Any:
             weight = self._embed[0].weight if self.tied else self.weight
             return F.linear(x, weight)
 
+    class LoraLinear(nn.Module):
+        """A frozen linear plus a rank-r adapter (`add_lora`); alpha = r, so the scaling is 1."""
+
+        def __init__(self, base: nn.Linear, rank: int) -> None:
+            super().__init__()
+            self.base_layer = base
+            self.lora_A = nn.Linear(base.in_features, rank, bias=False)
+            self.lora_B = nn.Linear(rank, base.out_features, bias=False)
+            nn.init.kaiming_uniform_(self.lora_A.weight, a=5**0.5)
+            nn.init.zeros_(self.lora_B.weight)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.base_layer(x) + self.lora_B(self.lora_A(x))
+
     class Decoder(nn.Module):
         def __init__(self, spec: ModelSpec) -> None:
             super().__init__()
@@ -175,4 +215,4 @@ def _classes() -> Any:
             logits = self.head(self.norm(x))
             return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), labels.reshape(-1))
 
-    return type("Classes", (), {"Decoder": Decoder, "RMSNorm": RMSNorm})
+    return type("Classes", (), {"Decoder": Decoder, "RMSNorm": RMSNorm, "LoraLinear": LoraLinear})

@@ -30,6 +30,8 @@ def proxy_workload(proxy: Proxy, *, torch_optimizer: bool = False) -> Any:
         activation_checkpointing=proxy.activation_checkpointing,
         gpus_per_node=max(1, proxy.nproc // proxy.nodes),
         nodes=proxy.nodes,
+        lora_rank=proxy.lora["rank"] if proxy.lora else None,
+        lora_targets=",".join(proxy.lora["targets"]) if proxy.lora else "",
     )
 
 

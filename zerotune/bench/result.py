@@ -35,6 +35,9 @@ class Proxy(_Model):
     grad_accum: int
     nodes: int = 1
     activation_checkpointing: bool = Field(False, description="blocks recomputed in backward")
+    lora: dict[str, Any] | None = Field(
+        None, description="LoRA adapters on a frozen base: {rank, targets} (zerotune.bench.decoder add_lora)"
+    )
 
 
 class Phases(_Model):

@@ -101,6 +101,7 @@ def run_bench(
     host_memory_s: float | None = None,
     pace: bool = False,
     log: str | None = None,
+    lora: dict[str, Any] | None = None,
 ) -> BenchResult:
     """Measure real DeepSpeed steps of a proxy of `model` under `config` (see module doc).
 
@@ -186,6 +187,7 @@ def run_bench(
             "memory_phases": memory_phases,
             "host_memory": host_memory_s,
             "pace": pace,
+            "lora": lora,
         }
 
     say = progress or (lambda message: None)
@@ -229,6 +231,7 @@ def run_bench(
             grad_accum=prepared.grad_accum,
             nodes=nodes,
             activation_checkpointing=activation_checkpointing,
+            lora=lora,
         ),
         step_time_precision_pct=noise.relative_precision(times) * 100 if len(times) >= 3 else None,
         step_time_spread_pct=noise.spread(times) * 100,

@@ -140,6 +140,11 @@ def _run(task: dict[str, Any], rank: int, world: int) -> dict[str, Any]:
     counted = sum(p.numel() for p in model.parameters())
     if counted != spec.params:
         raise AssertionError(f"proxy has {counted} parameters, the spec says {spec.params}")
+    lora = task.get("lora")
+    if lora:  # a LoRA job: the base frozen, rank-r adapters on the named projections
+        from zerotune.bench.decoder import add_lora
+
+        add_lora(model, int(lora["rank"]), tuple(lora["targets"]), seed=int(task["seed"]) + 1)
     device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", rank))) if cuda else torch.device("cpu")
     model = model.to(device)
     checkpointing = bool(task.get("activation_checkpointing"))

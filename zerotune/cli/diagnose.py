@@ -68,6 +68,8 @@ def command(
     omp_threads: o.OmpThreads = None,
     autocast: o.Autocast = None,
     deepspeed_version: o.DeepspeedVersion = None,
+    lora_rank: o.LoraRank = None,
+    lora_targets: o.LoraTargets = None,
     training_args: o.TrainingArgs = None,
     out: Annotated[
         Path | None, typer.Option(help="Write the corrected DeepSpeed JSON here (+ OUT.reasons.md).")

@@ -42,6 +42,8 @@ def command(
     omp_threads: o.OmpThreads = None,
     autocast: o.Autocast = None,
     deepspeed_version: o.DeepspeedVersion = None,
+    lora_rank: o.LoraRank = None,
+    lora_targets: o.LoraTargets = None,
     margin: o.Margin = SAFETY_MARGIN,
     json_out: o.JsonOut = False,
 ) -> None:

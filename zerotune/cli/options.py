@@ -88,6 +88,8 @@ Autocast = Annotated[
     bool | None, typer.Option("--autocast/--no-autocast", help=_help("autocast"), show_default=False)
 ]
 DeepspeedVersion = Annotated[str | None, typer.Option(help=_help("deepspeed_version"), show_default=False)]
+LoraRank = Annotated[int | None, typer.Option(help=_help("lora_rank"), show_default=False)]
+LoraTargets = Annotated[str | None, typer.Option(help=_help("lora_targets"), show_default=False)]
 Launch = Annotated[
     list[str] | None,
     typer.Argument(

@@ -57,6 +57,8 @@ def command(
     omp_threads: o.OmpThreads = None,
     autocast: o.Autocast = None,
     deepspeed_version: o.DeepspeedVersion = None,
+    lora_rank: o.LoraRank = None,
+    lora_targets: o.LoraTargets = None,
     training_args: o.TrainingArgs = None,
     width: Annotated[int | None, typer.Option(help="Timeline width in columns (default: the terminal's).")] = None,
     json_out: o.JsonOut = False,

@@ -65,6 +65,8 @@ def command(
     omp_threads: o.OmpThreads = None,
     autocast: o.Autocast = None,
     deepspeed_version: o.DeepspeedVersion = None,
+    lora_rank: o.LoraRank = None,
+    lora_targets: o.LoraTargets = None,
     out: Annotated[
         Path | None, typer.Option(help="Write the DeepSpeed JSON here (+ OUT.reasons.md and OUT.zerotune.yaml).")
     ] = None,

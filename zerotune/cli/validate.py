@@ -81,6 +81,8 @@ def command(
     omp_threads: o.OmpThreads = None,
     autocast: o.Autocast = None,
     deepspeed_version: o.DeepspeedVersion = None,
+    lora_rank: o.LoraRank = None,
+    lora_targets: o.LoraTargets = None,
 ) -> None:
     from zerotune.lint import registry
     from zerotune.lint.context import LintOptions

@@ -155,6 +155,9 @@ class StepInputs(NamedTuple):
     it the bucket is all-reduced in place)"""
     zero_init: bool = True
     """stage 3: the model is built under deepspeed.zero.Init (else it is on the GPU whole once at init)"""
+    frozen: int = 0
+    """elements without requires_grad (a LoRA job's base): parameters that get no gradient; `psi` counts
+    the trainable ones"""
     foreach: bool = False
     """the torch optimizer runs torch's multi-tensor (foreach) implementation (`optimizer_temporaries`)"""
     blas_workspaces: int = 0
@@ -365,6 +368,21 @@ def _device_phases(s: StepInputs) -> tuple[Phase, ...]:
         second = min(s.bucket, psi - first)
         left, current = activations_left(s.acts.walk, first)
         flat = s.reduce_scatter and s.contiguous
+        if s.contiguous:
+            # the first gradient hook sets the bucket(s) up (stage_1_and_2.py:1758-1761 `process_gradients`
+            # -> `setup_buckets`, :2493-2514): the layer whose backward makes the first gradient still has
+            # its activations, and so has every layer before it
+            phases.append(
+                Phase(
+                    "first gradient (buckets set up)",
+                    "backward",
+                    base + carried + (
+                        _t("activations", ACTIVATIONS, activations_left(s.acts.walk, 1)[0]),
+                        bucket_term,
+                        _t("first gradient", GRADS, s.largest_tensor * e),
+                    ),
+                )
+            )
         if flat:
             phases.append(
                 Phase(

@@ -33,6 +33,7 @@ from zerotune.model.live_bytes import (
     peak,
     timeline_below_stage3,
 )
+from zerotune.model.lora import Lora, targets_of
 from zerotune.model.memory_facts import (
     activation_phases,
     facts_of,
@@ -44,6 +45,7 @@ from zerotune.model.memory_facts import (
     reuse_kept_elements,
     reuse_note,
     stage3_note,
+    with_lora,
 )
 from zerotune.model.stage3_live import timeline_stage3
 from zerotune.model.states import MOMENT_BYTES, cached_model_states, config_state_bytes, offload_host_buffers
@@ -51,7 +53,7 @@ from zerotune.schema.hardware import HardwareProfile
 from zerotune.schema.job import SAFETY_MARGIN
 from zerotune.schema.model import ModelSpec
 from zerotune.schema.workload import Workload
-from zerotune.units import DTYPE_BYTES, GiB, fmt_bytes
+from zerotune.units import DTYPE_BYTES, GiB, fmt_bytes, fmt_count
 
 DEFAULT_MARGIN = SAFETY_MARGIN  # the one margin (schema/job.py); callers judging otherwise pass theirs
 
@@ -227,6 +229,12 @@ def estimate_memory(
     on a CPU host, where no cuBLAS workspace exists).
     """
     facts = facts_of(model)
+    if workload.lora_rank:
+        facts = with_lora(facts, model, Lora(workload.lora_rank, targets_of(model, workload.lora_targets)))
+    # Gradients, fp32 master weights, moments, buckets and the step cover the trainable elements only
+    # (zerotune.model.lora: DeepSpeed builds its groups from parameters with requires_grad); the parameters
+    # themselves are all of them, frozen ones included.
+    trainable = facts.trainable
     stage = zero.stage
     n_d = workload.world_size
     precision = workload.precision
@@ -262,6 +270,7 @@ def estimate_memory(
         persistent,
         zero.sub_group_size,
         zero.offload_param.max_in_cpu,
+        trainable,
     )
     params = states.params
     # hpZ's secondary partition (psi / h elements of the 16-bit weights) lives on the partitions' remote
@@ -286,7 +295,7 @@ def estimate_memory(
         workload.checkpoint_in_cpu,
         workload.autocast,
     )
-    part = -(-facts.psi // n_d)
+    part = -(-trainable // n_d)
     offload = opt_dev != "none"
     accum = DTYPE_BYTES.get(zero.grad_accum_dtype or "", e)
     host_moments = part * sb.moments if offload and (stage < 3 or opt_dev == "cpu") else 0
@@ -297,20 +306,20 @@ def estimate_memory(
             # pinned CPU staging buffer of the largest parameter (stage_1_and_2.py __init__
             # `temp_grad_buffer_for_cpu_offload`); with accumulation, per-parameter CPU accumulators
             # of this rank's partition (`async_accumulate_grad_in_cpu_via_gpu`)
-            host_init += facts.largest_tensor * e
+            host_init += facts.largest_trainable * e
             host_accum = part * e if workload.grad_accum > 1 else 0
     inputs = StepInputs(
         stage=stage,
         elem=e,
         comm_elem=DTYPE_BYTES.get(zero.communication_data_type or "", e),
-        psi=facts.psi,
+        psi=trainable,
         part=part,
         params=params,
-        master=0 if offload else (facts.psi if stage == 0 else part) * sb.master,
-        moments=0 if offload else (facts.psi if stage == 0 else part) * sb.moments,
+        master=0 if offload else (trainable if stage == 0 else part) * sb.master,
+        moments=0 if offload else (trainable if stage == 0 else part) * sb.moments,
         master_width=sb.master_width,
         grad_accum_width=accum,
-        largest_tensor=facts.largest_tensor,
+        largest_tensor=facts.largest_trainable,
         bucket=zero.reduce_bucket_size,
         contiguous=zero.contiguous_gradients or offload,
         overlap=zero.overlap_comm,
@@ -328,6 +337,7 @@ def estimate_memory(
         host_accum=host_accum,
         reduce_scatter=zero.reduce_scatter,
         zero_init=workload.zero_init,
+        frozen=facts.psi - trainable,
         foreach=not gloo if foreach is None else foreach,
         blas_workspaces=0 if gloo else CUBLAS_WORKSPACES * cublas_workspace_bytes(_compute_capability(hardware)),
         held_logits=held_logits_bytes(workload, facts.vocab),
@@ -375,6 +385,12 @@ def estimate_memory(
             f"{zero.master_dtype}_master_weights_and_grads: master weights and the optimizer's gradient copy in "
             f"{zero.master_dtype}, moments in {'16' if sb.moments < MOMENT_BYTES[workload.optimizer] else '32'} bits: "
             f"{sb.k} B of optimizer state per parameter instead of {4 + MOMENT_BYTES[workload.optimizer]}"
+        )
+    if facts.lora is not None:
+        notes.append(
+            f"LoRA r{facts.lora.rank} on {', '.join(facts.lora.targets)}: {fmt_count(trainable)} trainable parameters "
+            f"of {fmt_count(facts.psi)}; gradients, master weights and moments cover the adapters, the frozen base is "
+            + ("partitioned with them" if stage == 3 else "kept whole on every rank")
         )
     if stage == 3:
         notes.append(stage3_note(gathered, persistent, zero.prefetch_bucket_size, zero.max_live_parameters))

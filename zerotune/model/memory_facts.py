@@ -5,7 +5,7 @@ activation bytes (zerotune.model.activations) and the stage-3 parameters kept ga
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property, lru_cache
 
 from zerotune.dsconfig.settings import ZeroSettings
@@ -23,6 +23,7 @@ from zerotune.model.activations import (
     autocast_loss,
     head_activation_bytes,
 )
+from zerotune.model.lora import Lora, adapter_tensors, saved_delta
 from zerotune.schema.model import ModelSpec
 from zerotune.units import DTYPE_BYTES, fmt_count
 
@@ -75,6 +76,23 @@ class Facts:
     """Its eager attention soft-caps the logits with a tanh (SOFTCAP_FAMILIES)."""
     fp32_qk: bool = False
     """Its eager attention takes the scores from fp32 copies of q and k (activations.EAGER_FP32_QK)."""
+
+    lora: Lora | None = None
+    """A LoRA job (zerotune.model.lora): the base frozen, adapters in each block's tensors."""
+    layer_trainable: tuple[int, ...] = ()
+    """With `lora`: per layer (forward order), its trainable elements (the adapters')."""
+    adapter_tensors: tuple[int, ...] = ()
+    """With `lora`: every adapter tensor, in forward order (what stage 3 groups into sub-groups)."""
+
+    @cached_property
+    def trainable(self) -> int:
+        """Elements with requires_grad: all of them, or the adapters of a LoRA job."""
+        return sum(self.layer_trainable) if self.lora is not None else self.psi
+
+    @property
+    def largest_trainable(self) -> int:
+        """The largest tensor that gets a gradient."""
+        return max(self.adapter_tensors, default=0) if self.lora is not None else self.largest_tensor
 
     @cached_property
     def layer_is_block(self) -> tuple[bool, ...]:
@@ -167,6 +185,33 @@ def facts_of(model: ModelSpec) -> Facts:
     return facts
 
 
+_LORA_FACTS: dict[tuple, Facts] = {}
+
+
+def with_lora(facts: Facts, model: ModelSpec, lora: Lora) -> Facts:
+    """`facts` of the model with LoRA adapters in every block (zerotune.model.lora): their tensors join the
+    block's (the parameter count, stage 3's partitions and persistence see them), and only they are trainable."""
+    key = (id(facts), lora)
+    out = _LORA_FACTS.get(key)
+    if out is None:
+        adapters = adapter_tensors(model, lora)
+        layers = tuple(
+            tensors + adapters if block else tensors
+            for tensors, block in zip(facts.layer_tensors, facts.layer_is_block, strict=True)
+        )
+        out = replace(
+            facts,
+            psi=facts.psi + sum(adapters) * sum(facts.layer_is_block),
+            tensors=tuple(t for layer in layers for t in layer),
+            layer_tensors=layers,
+            lora=lora,
+            layer_trainable=tuple(sum(adapters) if block else 0 for block in facts.layer_is_block),
+            adapter_tensors=adapters * sum(facts.layer_is_block),
+        )
+        _LORA_FACTS[key] = out
+    return out
+
+
 def persistent_elements(tensors: tuple[int, ...], threshold: int, model_threshold: int) -> int:
     """Elements stage 3 keeps gathered on every rank: tensors of ≤ `threshold` elements, in module
     order, while the running total stays ≤ `model_threshold`
@@ -190,7 +235,7 @@ def largest_sub_group(facts: Facts, n_d: int, sub_group_size: int) -> int:
     partition (⌈numel/N_d⌉ elements, `partition_numel`), and closes a sub-group once it holds at least
     `sub_group_size` elements: a sub-group overshoots by up to its last tensor's partition. The
     rank's whole partition is one sub-group when it holds no more than `sub_group_size`."""
-    parts = [-(-t // n_d) for t in facts.tensors]
+    parts = [-(-t // n_d) for t in (facts.adapter_tensors if facts.lora is not None else facts.tensors)]
     if sum(parts) <= sub_group_size:
         return sum(parts)
     largest = group = 0
@@ -335,6 +380,27 @@ def activation_phases(
     e = DTYPE_BYTES[precision]
     cross_entropy = autocast_loss(cross_entropy, e, autocast)
     head = head_activation_bytes(seq, micro, facts.hidden, facts.vocab, elem_bytes=e, cross_entropy=cross_entropy)
+    if facts.lora is not None:
+        eager = attention == "eager" or (attention == "sdpa" and not facts.sdpa) or (attention.startswith("flash") and not facts.flash)
+        block, first, head_delta = saved_delta(
+            facts.lora,
+            tokens=seq * micro,
+            hidden=facts.hidden,
+            ffn=facts.ffn,
+            elem=e,
+            gated=facts.gated,
+            act_tensors=facts.act_tensors,
+            flash=not eager,
+            plain_rmsnorm=rmsnorm == "plain" and facts.rms_norm,
+            rmsnorm_extra=facts.rmsnorm_extra,
+            gemma_norm=facts.rmsnorm_extra == GEMMA_RMSNORM_EXTRA_BYTES,
+            norms=(1 if facts.shared_norm else 2) + facts.post_norms,
+            shared_norm=facts.shared_norm,
+        )
+        # with checkpointing only the recomputed (last) block keeps a block's tensors
+        blocks_kept = 1 if checkpointing else facts.num_layers
+        total += blocks_kept * block + (0 if checkpointing else first) + head_delta
+        head += head_delta
     logit_grad = LOGIT_GRAD_BYTES.get(precision, 4) * seq * micro * facts.vocab if cross_entropy == "fp32" else 0
     blocks = max(total - head, 0)
     recompute = 0
@@ -345,8 +411,8 @@ def activation_phases(
     forward = total - logit_grad - recompute
     per_block = blocks // facts.num_layers if facts.num_layers else 0
     walk = []
-    for tensors, is_block in zip(reversed(facts.layer_tensors), reversed(facts.layer_is_block), strict=True):
-        elements = sum(tensors)
+    trainable = facts.layer_trainable if facts.lora is not None else tuple(map(sum, facts.layer_tensors))
+    for elements, is_block in zip(reversed(trainable), reversed(facts.layer_is_block), strict=True):
         walk.append((elements, per_block if is_block else 0))
     loss = total - recompute
     freed = head_freed(cross_entropy, e) * seq * micro * facts.vocab

@@ -8,11 +8,12 @@ they depend on.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from zerotune.dsconfig.settings import ZeroSettings
 from zerotune.model.comm import CommCost
 from zerotune.model.compute import LayerFlops, model_flops
+from zerotune.model.lora import Lora, adapter_tensors, first_block_skipped_flops
 from zerotune.model.overheads import Overheads
 from zerotune.schema.hardware import HardwareProfile
 from zerotune.schema.model import ModelSpec
@@ -25,10 +26,22 @@ class Layer:
     kind: str
     tensors: tuple[int, ...]
     flops: LayerFlops
+    frozen_flops: float = 0.0
+    """Backward matmul FLOPs per token it does not run: a frozen matrix's backward computes the input gradient
+    only, one of the two gradient matmuls (Narayanan et al. 2021, arXiv:2104.04473 §5.1: the backward pass's 2x
+    forward is the input and the weight gradients), so a LoRA job's base costs 1x forward, not 2x; plus, in the
+    first block without checkpointing, the input gradients nothing needs (`first_block_skipped_flops`)."""
+    trainable: int = -1
+    """Tensors of it that get a gradient (-1: all of them)."""
 
     @property
     def is_block(self) -> bool:
         return self.kind.endswith("block")
+
+    @property
+    def grad_tensors(self) -> tuple[int, ...]:
+        """The tensors that get a gradient, in order (a LoRA job: the adapters, the layer's last ones)."""
+        return self.tensors if self.trainable < 0 else self.tensors[len(self.tensors) - self.trainable :]
 
 
 @dataclass
@@ -36,6 +49,7 @@ class Prepared:
     model: ModelSpec  # kept alive so id() stays unique while cached
     layers: tuple[Layer, ...]
     params: int
+    """Elements that get a gradient (all of them, or a LoRA job's adapters)."""
     backward_tensors: tuple[int, ...]
     """Tensor numels in the order gradients become ready (reverse module, reverse tensor order)."""
     backward_layer: tuple[int, ...]
@@ -44,27 +58,44 @@ class Prepared:
     """Derived schedules keyed by the knobs they depend on (bucket size, persistence)."""
 
 
-_PREPARED: dict[int, Prepared] = {}
+_PREPARED: dict[tuple[int, Lora | None, bool], Prepared] = {}
 
 
-def prepare(model: ModelSpec) -> Prepared:
-    cached = _PREPARED.get(id(model))
+def prepare(model: ModelSpec, lora: Lora | None = None, checkpointing: bool = True) -> Prepared:
+    """The model's layers and gradient order; with `lora`, each block also holds its adapters (zerotune/model/
+    lora.py), which alone get gradients, and its base matrices and the head are frozen (`Layer.frozen_flops`);
+    without `checkpointing` the first block's input needs no gradient (`first_block_skipped_flops`)."""
+    if lora is None:
+        checkpointing = True  # the same preparation either way
+    key = (id(model), lora, checkpointing)
+    cached = _PREPARED.get(key)
     if cached is not None and cached.model is model:
         return cached
     flops = model_flops(model)
-    layers = tuple(
-        Layer(lay.name, lay.kind, tuple(lay.tensors), f) for lay, f in zip(model.layers, flops, strict=True)
-    )
+    adapters = adapter_tensors(model, lora) if lora is not None else ()
+    layers = []
+    for lay, f in zip(model.layers, flops, strict=True):
+        if lora is None:
+            layers.append(Layer(lay.name, lay.kind, tuple(lay.tensors), f))
+            continue
+        block = lay.kind.endswith("block")
+        extra = adapters if block else ()
+        # an adapter's forward: x·A then (x·A)·B, 2 FLOPs per adapter parameter per token
+        adapted = replace(f, matmul_flops=f.matmul_flops + 2.0 * sum(extra))
+        saved = f.matmul_flops
+        if block and not checkpointing and not any(layer.is_block for layer in layers):
+            saved += first_block_skipped_flops(model, lora)
+        layers.append(Layer(lay.name, lay.kind, tuple(lay.tensors) + extra, adapted, saved, len(extra)))
     bwd_tensors: list[int] = []
     bwd_layer: list[int] = []
     for i in range(len(layers) - 1, -1, -1):
-        for numel in reversed(layers[i].tensors):
+        for numel in reversed(layers[i].grad_tensors):
             bwd_tensors.append(numel)
             bwd_layer.append(i)
-    prepared = Prepared(model, layers, model.params, tuple(bwd_tensors), tuple(bwd_layer))
+    prepared = Prepared(model, tuple(layers), sum(bwd_tensors), tuple(bwd_tensors), tuple(bwd_layer))
     if len(_PREPARED) > 256:
         _PREPARED.clear()
-    _PREPARED[id(model)] = prepared
+    _PREPARED[key] = prepared
     return prepared
 
 

@@ -203,3 +203,23 @@ def micro_step(s: StepSetup, tl: Timeline, boundary: bool, tag: str) -> None:
             bucket_no += 1
             reduce(s, tl, op, numel, bucket_no, "backward", s.reduce_concurrent, boundary)
     tl.wait(tl.comm_free)
+
+
+def post_step(s: StepSetup, tl: Timeline) -> None:
+    """After the optimizer step stage 3 all-gathers every persistent parameter, trained or frozen (DeepSpeed
+    0.19.8 runtime/zero/stage3.py:2565-2572 `_post_step`), through `_allgather_params_coalesced`, which despite
+    its name launches one all_gather_into_tensor per parameter (partition_parameters.py:2038-2046). A LoRA job's
+    adapters are persistent (each under `param_persistence_threshold`): on the CPU engine the step's gathers were
+    exactly one per adapter and norm weight (data/evidence/lora_step.json)."""
+    if s.n <= 1:
+        return
+    z = s.zero
+    flat = [t for layer in s.layers for t in layer.tensors]
+    sizes: dict[int, int] = {}
+    for numel, kept in zip(flat, persistent_flags(flat, z.param_persistence_threshold, z.model_persistence_threshold), strict=True):
+        if kept:
+            sizes[numel] = sizes.get(numel, 0) + 1
+    for numel, count in sorted(sizes.items()):
+        nbytes = numel * s.elem_bytes
+        label = f"all_gather persistent parameters x{count} ({fmt_bytes(nbytes)})" if tl.detail else ""
+        tl.collective("all_gather", nbytes, s.cost.seconds("all_gather", nbytes), label, "step", concurrent=False, count=count)

@@ -149,7 +149,7 @@ def timeline_stage3(s: StepInputs) -> tuple[Phase, ...]:
         )
         step = first if first.total >= second.total else second
     # a model built outside zero.Init is on the GPU whole before any host buffer exists
-    whole = () if s.zero_init else (whole_model_at_init(s.psi, e),)
+    whole = () if s.zero_init else (whole_model_at_init(s.psi + s.frozen, e),)
     return whole + with_host(s, (
         Phase("after init", "init", init),
         *((first_fetch,) if s.in_flight_bytes else ()),

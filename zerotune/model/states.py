@@ -135,6 +135,7 @@ def model_states(
     persistent: int = 0,
     sub_group_size: int = ZeroSettings().sub_group_size,
     max_in_cpu: int = ZeroSettings().offload_param.max_in_cpu,
+    trainable: int | None = None,
 ) -> ModelStates:
     """Model-state bytes of one rank for Ψ = `psi` parameters over N_d = `n_d` ranks.
 
@@ -147,14 +148,18 @@ def model_states(
     min(partition, max_in_cpu) parameter elements in host RAM and the rest on NVMe; NVMe optimizer
     state lives entirely on NVMe. The host pinned swap buffers are in `offload_host_buffers`.
     With `sb.grad_fp32 = 0` and K = `sb.k` this is exactly the paper's formula.
+    `trainable`: the elements with requires_grad when fewer than Ψ (a LoRA job's adapters,
+    zerotune.model.lora): gradients, master weights, moments and their offloaded copies cover only
+    those; the parameters are all Ψ, whole in the model dtype at stage 0-2 and partitioned at stage 3.
     """
-    part = -(-psi // n_d)
+    t = psi if trainable is None else trainable
+    part = -(-t // n_d)
     opt_dev = offload_optimizer if stage > 0 else "none"
     if stage in (1, 2) and opt_dev == "nvme":
         opt_dev = "cpu"
     par_dev = offload_param if stage == 3 else "none"
     if stage == 0:
-        return ModelStates(psi * sb.param, psi * sb.grad, psi * sb.grad_fp32, psi * sb.k, 0, 0)
+        return ModelStates(psi * sb.param, t * sb.grad, t * sb.grad_fp32, t * sb.k, 0, 0)
     if stage == 3:
         params = persistent * sb.param
         if par_dev == "none":
@@ -162,14 +167,15 @@ def model_states(
     else:
         params = psi * sb.param
     cpu = nvme = 0
+    param_part = -(-psi // n_d)
     if par_dev == "cpu":
-        cpu += part * sb.param
+        cpu += param_part * sb.param
     elif par_dev == "nvme":
-        in_cpu = min(part, max_in_cpu)
+        in_cpu = min(param_part, max_in_cpu)
         cpu += in_cpu * sb.param
-        nvme += (part - in_cpu) * sb.param
+        nvme += (param_part - in_cpu) * sb.param
     if opt_dev == "none":
-        grads = psi * sb.grad if stage == 1 else part * sb.grad
+        grads = t * sb.grad if stage == 1 else part * sb.grad
         step_elems = min(part, sub_group_size) if stage == 3 else part
         return ModelStates(params, grads, step_elems * sb.grad_fp32, part * sb.k, cpu, nvme)
     # Optimizer offload: master + moments + gradient (fp32 unless a 16-bit master dtype), and a
@@ -180,7 +186,7 @@ def model_states(
         nvme += offloaded
     else:
         cpu += offloaded
-    grads = psi * sb.grad if stage == 1 else 0
+    grads = t * sb.grad if stage == 1 else 0
     return ModelStates(params, grads, 0, 0, cpu, nvme)
 
 
@@ -195,6 +201,7 @@ def cached_model_states(
     persistent: int,
     sub_group: int,
     in_cpu: int,
+    trainable: int | None = None,
 ) -> ModelStates:
     """model_states memoised: the search repeats the same states under many bucket settings."""
     return model_states(
@@ -207,6 +214,7 @@ def cached_model_states(
         persistent=persistent,
         sub_group_size=sub_group,
         max_in_cpu=in_cpu,
+        trainable=trainable,
     )
 
 

@@ -40,7 +40,7 @@ false` (not in ZeroSettings; its default True is assumed).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from zerotune.catalog.trust import job_kind
@@ -55,6 +55,7 @@ from zerotune.model.compute import (
     executed_attention_share,
     peak_flops,
 )
+from zerotune.model.lora import Lora, targets_of
 from zerotune.model.offload import checkpoint_copy_s
 from zerotune.model.optimizer import optimizer_step
 from zerotune.model.overheads import Overheads, layer_seconds, overhead_notes, overheads, pass_seconds
@@ -175,9 +176,10 @@ def _compute_times(prep: Prepared, workload: Workload, hardware: HardwareProfile
         # eager attention's s x s scores make HBM round trips its FLOPs do not count (compute.eager_score_seconds)
         ef, eb = eager_score_seconds(hardware, lf, prep.model, tokens, workload.seq_len, workload.attention)
         recompute = workload.activation_checkpointing and layer.is_block
+        frozen = tokens * layer.frozen_flops / flops_per_s  # their backward: the input gradient only
         fwd.append(f + ef)
-        bwd.append(2 * f + eb + (f + ef if recompute else 0.0))
-    model_flops_per_token = sum(layer.flops.training_flops(1, workload.seq_len) for layer in prep.layers)
+        bwd.append(2 * f - frozen + eb + (f + ef if recompute else 0.0))
+    model_flops_per_token = sum(layer.flops.training_flops(1, workload.seq_len) - layer.frozen_flops for layer in prep.layers)
     value = (tuple(fwd), tuple(bwd), sum(fwd), sum(bwd), source, model_flops_per_token)
     if len(_TIMES) > 4096:
         _TIMES.clear()
@@ -223,6 +225,19 @@ def _overheads(prep: Prepared, hardware: HardwareProfile, stage: int, ranks: int
     if hit is not None and hit[0] is hardware and hit[1] is prep:
         return hit[2]
     value = overheads(hardware.overheads, prep.model, stage, ranks, moe_loop)
+    if any(layer.trainable >= 0 for layer in prep.layers):
+        # a LoRA job: gradient hooks fire on the adapters only; each adapter is two more hooked modules
+        # (peft's lora_A and lora_B Linears)
+        grad = hardware.overheads.per_param_grad_hook_s if stage in (1, 2) else None
+        hook = hardware.overheads.per_module_hook_s if stage == 3 else None
+        value = replace(
+            value,
+            grad_hook_s=tuple((grad or 0.0) * len(layer.grad_tensors) for layer in prep.layers),
+            module_hook_s=tuple(
+                t + (hook or 0.0) * (len(layer.tensors) - len(base.tensors))
+                for t, layer, base in zip(value.module_hook_s, prep.layers, prep.model.layers, strict=True)
+            ),
+        )
     if len(_OVERHEADS) > 1024:
         _OVERHEADS.clear()
     _OVERHEADS[key] = (hardware, prep, value)
@@ -255,7 +270,8 @@ def predict_step(
         kind = job_kind(model.name, zero.stage, zero.offload_optimizer.device, zero.offload_param.device,
                         workload.activation_checkpointing)  # fmt: skip
         hardware = for_job(hardware, kind)
-    prep = prepare(model)
+    lora = Lora(workload.lora_rank, targets_of(model, workload.lora_targets)) if workload.lora_rank else None
+    prep = prepare(model, lora, workload.activation_checkpointing)
     notes: list[str] = []
     n, nodes = workload.world_size, workload.nodes
     fwd_s, bwd_s, fwd_total, bwd_total, flops_source, model_flops_per_token = _compute_times(
@@ -309,6 +325,12 @@ def predict_step(
         first_touch_Bps=None if hardware.has_gpus else host.first_touch_Bps,
     )
     slowdown = hardware.compute.overlap_slowdown or 1.0
+    if lora is not None:
+        notes.append(
+            f"LoRA r{lora.rank} on {', '.join(lora.targets)}: the frozen base's backward computes input gradients "
+            f"only; reductions and the optimizer step cover the {prep.params:,} adapter parameters"
+            + ("; stage 3 still gathers the base" if stage == 3 else "")
+        )
     if detail:
         notes.append(flops_source)
         if not streams and stage in (1, 2) and zero.overlap_comm and n > 1:
@@ -333,6 +355,8 @@ def predict_step(
     micro = (last.t, last.compute_s, last.comm_s, last.exposed, last.copy_exposed)
     micro_calls = {k: v[0] for k, v in last.calls.items()} if detail else {}
     opt, transfer = optimizer_step(setup, last)
+    if stage == 3:
+        stage3.post_step(setup, last)
     last.host(oh.per_step_s, "step overhead" if detail else "", "overhead")
     reps = workload.grad_accum - 1
     if stage in (2, 3) and n > 1:

@@ -186,6 +186,7 @@ def report(out: Console, job: Job, rows: Sequence[OffloadRow], fits: Sequence[bo
         + f", {w.precision}, {w.optimizer}, "
         f"{'' if w.activation_checkpointing else 'no '}activation checkpointing"
         + (", checkpoints in host memory" if w.checkpoint_in_cpu and w.activation_checkpointing else "")
+        + (f", LoRA r{w.lora_rank}" if w.lora_rank else "")
     )
     out.print(memory_table(rows, title=escape(title), margin=job.margin, fits=list(fits)))
     out.print(memory_chart(rows, capacity=capacity, width=max(20, min(60, out.width - 40))))

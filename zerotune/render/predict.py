@@ -185,6 +185,7 @@ def header(job: Job) -> str:
         f"seq {w.seq_len} x micro-batch {w.micro_batch} x accumulation {w.grad_accum} · "
         f"activation checkpointing {'on' if w.activation_checkpointing else 'off'}"
         + (", checkpoints in host memory" if w.activation_checkpointing and w.checkpoint_in_cpu else "")
+        + (f" · LoRA r{w.lora_rank}" if w.lora_rank else "")
     )
 
 

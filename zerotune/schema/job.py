@@ -59,6 +59,8 @@ WORKLOAD_OPTIONS = (
     "omp_threads",
     "autocast",
     "deepspeed_version",
+    "lora_rank",
+    "lora_targets",
 )
 """The JobInputs fields that describe how the job runs (set the Workload), in the order commands take them."""
 
@@ -170,6 +172,16 @@ class JobInputs:
         "The DeepSpeed release the job runs (default: 0.19.8, the release zerotune models). Before 0.19.4 a "
         "stage-3 model built outside zero.Init keeps every gathered Linear weight from forward to backward.",
     )
+    lora_rank: int | None = _said(
+        None,
+        "LoRA: rank-r adapters train on a frozen base (HF peft; trl --lora_r, LlamaFactory lora_rank); optimizer "
+        "states, gradients and reductions cover the adapters only (default: full fine-tuning).",
+    )
+    lora_targets: str | None = _said(
+        None,
+        "LoRA: the block linears adapted, comma-separated (q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj "
+        "or all-linear; default: peft's for the family, q_proj,v_proj for Llama-style models).",
+    )
     hf: bool = _said(False, 'The config goes through HF Trainer: fill "auto" values as HF does.')
     margin: float | None = _said(
         None,
@@ -189,6 +201,7 @@ class JobInputs:
             "micro_batch",
             "grad_accum",
             "omp_threads",
+            "lora_rank",
         ):
             value = getattr(self, name)
             if value is not None and value < 1:
@@ -208,6 +221,8 @@ class JobInputs:
                 raise InputError(f"{flag} must be one of {', '.join(allowed)}, got {value!r}")
         if self.margin is not None and not 0 <= self.margin < 1:
             raise InputError(f"--margin must be in [0, 1), got {self.margin:g}")
+        if self.lora_targets is not None and self.lora_rank is None:
+            raise InputError("--lora-targets without --lora-rank", hint="give the adapters' rank, e.g. --lora-rank 8")
         if self.model is not None and self.adhoc:
             raise InputError("--model and --params/--layers/--hidden are exclusive", hint="choose one")
 
@@ -223,6 +238,8 @@ class JobInputs:
             value = getattr(self, name)
             if value is not None:
                 out[name] = value
+        if "lora_targets" in out:  # as the Workload spells them: comma-separated, no blanks
+            out["lora_targets"] = ",".join(t.strip() for t in str(out["lora_targets"]).split(",") if t.strip())
         return out
 
     @property

@@ -77,14 +77,30 @@ IGNORED = frozenset(
     dataset_text_field dataset_train_split dataset_test_split train_file validation_file
     preprocessing_num_workers local_rank ddp_timeout tf32 gradient_checkpointing_kwargs bf16_full_eval
     fp16_full_eval load_best_model_at_end metric_for_best_model greater_is_better disable_tqdm
-    log_level torch_dtype dtype use_peft lora_r lora_alpha lora_dropout lora_target_modules
+    log_level torch_dtype dtype lora_alpha use_rslora
     completion_only_loss assistant_only_loss eos_token pad_token tokenizer_name config_name
     low_cpu_mem_usage overwrite_cache validation_split_percentage streaming label_names
     include_num_input_tokens_seen include_tokens_per_second save_safetensors resume_from_checkpoint""".split()
 )
 """Arguments that do not change per-GPU memory or step time as zerotune models them (optimizer
-hyper-parameters, logging, saving, data paths). use_peft and lora_* are here only because zerotune
-models full fine-tuning: a LoRA job is said as unknown-to-the-model by `notes`."""
+hyper-parameters, logging, saving, data paths). LoRA's alpha and rsLoRA scale the adapters' output, not
+their sizes."""
+
+LORA_SWITCHES = ("use_peft", "finetuning_type")
+"""What turns LoRA on: TRL ModelConfig `use_peft` (trl/trainer/model_config.py), LlamaFactory FinetuningArguments
+`finetuning_type` ("lora", its default; "full", "freeze", "oft" are not LoRA: src/llamafactory/hparams/
+finetuning_args.py)."""
+LORA_RANK_ARGS = ("lora_r", "lora_rank")
+"""The adapters' rank: TRL ModelConfig `lora_r` (and most training scripts'), LlamaFactory `lora_rank`."""
+LORA_TARGET_ARGS = ("lora_target_modules", "lora_target")
+"""The adapted linears: TRL ModelConfig `lora_target_modules` (a list; None = peft's default for the family),
+LlamaFactory `lora_target` (comma-separated; "all" = every linear, its default)."""
+DEFAULT_LORA_RANK = {"use_peft": 16, "finetuning_type": 8}
+"""The rank when the line turns LoRA on without one: TRL ModelConfig lora_r = 16, LlamaFactory lora_rank = 8."""
+LORA_ARGS = frozenset(LORA_SWITCHES + LORA_RANK_ARGS + LORA_TARGET_ARGS + ("lora_dropout",))
+LIST_ARGS = frozenset(("lora_target_modules",))
+"""Script arguments that take several values (`--lora_target_modules q_proj v_proj`, HfArgumentParser's
+nargs for a list field)."""
 
 LAUNCHERS = {
     "deepspeed": {"num_gpus": "gpus", "num_nodes": "nodes"},
@@ -239,6 +255,14 @@ def _script_args(args: list[str], out: LaunchLine) -> dict[str, Any]:
             i += 1
             continue
         name, value = _flag(token)
+        if name in LIST_ARGS and value is None:
+            items = []
+            while i + 1 < len(args) and not args[i + 1].startswith("-"):
+                items.append(args[i + 1])
+                i += 1
+            values[name] = items or True
+            i += 1
+            continue
         if value is None and i + 1 < len(args) and not args[i + 1].startswith("--"):
             value, i = args[i + 1], i + 1
         values[name] = True if value is None else value
@@ -278,16 +302,54 @@ def apply_training_args(values: dict[str, Any], out: LaunchLine) -> LaunchLine:
                 out.unknown.append(f"--optim {value}")
             else:
                 out.inputs["optimizer"] = optimizer
+        elif name in LORA_ARGS:
+            continue  # read together below (`_lora`)
         elif name in IGNORED:
             out.ignored.append(f"--{name}")
         else:
             out.unknown.append(f"--{name}")
     if out.config is not None:
         out.inputs["hf"] = True  # HF Trainer fills the config's "auto" values
-    if any(str(v).lower() in ("true", "1") for k, v in values.items() if k == "use_peft") or any(
-        k.startswith("lora_") for k in values
-    ):
-        out.notes.append(
-            "the launch line trains LoRA adapters: zerotune models full fine-tuning (an upper bound)"
-        )
+    _lora(values, out)
     return out
+
+
+def _lora(values: dict[str, Any], out: LaunchLine) -> None:
+    """LoRA's rank and targets (JobInputs.lora_rank, lora_targets) from the arguments that state them."""
+    if not any(k in values for k in LORA_ARGS):
+        return
+    switch = next((k for k in LORA_SWITCHES if k in values), None)
+    if switch == "use_peft" and not _bool(switch, values[switch]):
+        return
+    if switch == "finetuning_type" and str(values[switch]).lower() != "lora":
+        if str(values[switch]).lower() in ("freeze", "oft"):
+            out.notes.append(
+                f"finetuning_type {values[switch]}: zerotune models full fine-tuning for it (an upper bound)"
+            )
+        return
+    rank = next((_int(k, values[k]) for k in LORA_RANK_ARGS if k in values), None)
+    if rank is None and switch is None:
+        out.notes.append("the launch line sets LoRA options but no rank: pass --lora-rank (modelled as full fine-tuning)")
+        return
+    if rank is None:
+        rank = DEFAULT_LORA_RANK[str(switch)]
+        out.notes.append(f"LoRA rank {rank}, the default of --{switch}'s trainer (the line names none)")
+    out.inputs["lora_rank"] = rank
+    target = next((values[k] for k in LORA_TARGET_ARGS if k in values), None)
+    if target is None and switch == "finetuning_type":
+        target = "all"  # LlamaFactory's default lora_target
+    if target not in (None, True):
+        names = target if isinstance(target, list) else str(target).split(",")
+        names = ["all-linear" if n.strip() in ("all", "all-linear") else n.strip() for n in names if n.strip()]
+        out.inputs["lora_targets"] = ",".join(names)
+    dropout = values.get("lora_dropout", 0.05 if switch == "use_peft" else 0.0)
+    try:
+        dropout = float(dropout)
+    except (TypeError, ValueError):
+        raise InputError(f"launch line: --lora_dropout {dropout!r} is not a number") from None
+    if dropout > 0:
+        # TRL ModelConfig's default lora_dropout is 0.05
+        out.notes.append(
+            f"lora_dropout {dropout:g}: each adapter's dropout copy of its input and its mask are not modelled "
+            "(an under-estimate of the saved activations without checkpointing)"
+        )

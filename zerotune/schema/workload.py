@@ -119,6 +119,18 @@ class Workload(BaseModel):
         "torch grouped_mm) | loop (HF transformers' per-expert Python loop)",
     )
 
+    lora_rank: int | None = Field(
+        None,
+        gt=0,
+        description="LoRA: the base is frozen and rank-r adapters train on `lora_targets` (HF peft; LlamaFactory "
+        "`lora_rank`, trl `lora_r` with `use_peft`); null = full fine-tuning (zerotune/model/lora.py)",
+    )
+    lora_targets: str = Field(
+        "",
+        description="the block linears LoRA adapts, comma-separated (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, "
+        "or all-linear); empty = peft's default for the family (q_proj, v_proj for Llama-style models)",
+    )
+
     @property
     def world_size(self) -> int:
         return self.gpus_per_node * self.nodes
