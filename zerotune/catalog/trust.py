@@ -20,10 +20,12 @@ once the probe measured host memory rates, median 20.6% (docs/accuracy.md). The 
 miss DeepSpeed's per-step, per-hook and optimizer-step costs; `zerotune calibrate` measures them
 (4.0-8.5% held-out)."""
 
-CATALOG_ERROR_PCT = 31.4
+CATALOG_ERROR_PCT = 31.3
 """Expected throughput error of a prediction from a catalog (datasheet) GPU profile: the throughput MAPE
 of every published source predicted leave-one-source-out (scripts/evidence/loso.py, data/evidence/loso.json
-"overall"; checked by tests/unit/test_published.py): 31.4% over the 177 timed of 221 runs since the tenth
+"overall"; checked by tests/unit/test_published.py): 31.3% over the 177 timed of 221 runs since stage 3's
+all-gather of the persistent parameters after each step was costed (2026-11-28, h-lora: 131 stage-3 runs
+move by a median +0.07%); 31.4% since the tenth
 round (2026-11-28, h-pub10) added SeanNaren/minGPT's two Lightning + DeepSpeed READMEs of one 8x A100 40GB
 server (32.8% and 76.3%: 128-token steps whose fixed per-step cost and host CPU Adam the prior misses);
 30.2% over the 168 timed of 212 runs since the ninth
