@@ -207,7 +207,8 @@ LOOP_STARTING = re.compile(r"\b0/\d+ \[[\d:]+<\?, \?it/s\]")
 _INIT = re.compile(
     r"Using\s+\S+\s+as PyTorch extensions root|Loading extension module|Time to load \w+ op|Building extension module"
     r"|Initializing TorchBackend|Added key: store_based_barrier_key|NCCL INFO .*Init COMPLETE"
-    r"|DeepSpeed info: version=|Waiting for \w+|Rank \d+ is waiting|Activation Checkpointing Information"
+    r"|DeepSpeed info: version=|Waiting for \w+|Waiting in store based barrier|Rank \d+ is waiting"
+    r"|Activation Checkpointing Information"
     r"|\[(?:INFO|WARNING)\] \[(?:partition_parameters|parameter_offload|engine|stage3|stage_1_and_2)\.py:\d+:(?!step\])"
     r"|Launching exp_id = \d+|Scheduler wrote ds_config to"
     r"|" + LOOP_STARTING.pattern
@@ -224,7 +225,11 @@ older releases (THUDM/GLM#157, a multi-node run that stopped there overnight). D
 starting an experiment ("Scheduler wrote ds_config to", "Launching exp_id = N": autotuning/scheduler.py
 run_experiment) is such a start too: each experiment is a fresh launch, and a log that ends there, with no
 "Done running exp_id" after it, waits on an experiment that never reported (DeepSpeed#4100: a failed
-experiment left the tuner waiting)."""
+experiment left the tuner waiting). torch's "Waiting in store based barrier to initialize process group for
+rank: N, key: ... (world_size=W, worker_count=C, ...)" (`num_workers_joined=` since torch 2.1) is logged by
+distributed_c10d.py `_store_based_barrier` only while fewer than W ranks have joined the new group, every
+~10 s until its timeout raises DistStoreError: ranks waiting at start-up for the ones missing (s-JoL/Open-Llama#47:
+7 of 8 joined, rank 0 held in wandb's start)."""
 
 
 def _hang(hit: Hit) -> None:
@@ -321,6 +326,7 @@ SIGNALS = (
             rb"Init COMPLETE",
             rb"DeepSpeed info",
             rb"Waiting for",
+            rb"Waiting in store based",
             rb"Rank \d+ is waiting",
             rb"Activation Checkpointing Information",
             rb"<\?, \?it/s\]",
