@@ -17,3 +17,29 @@ def test_ranks_waiting_in_the_store_based_barrier_are_a_start_up_hang() -> None:
     )
     report = diagnose(log.encode())
     assert report.exit_code == 1 and report.diagnosis.cause == "hang"
+
+
+def test_deepspeed_comm_backend_never_set_is_code_older_than_the_comm_layer() -> None:
+    """THUDM/Chinese-Transformer-XL#17: the bare 'DeepSpeed backend not set' line (a Megatron-era script under a
+    DeepSpeed with its own comm layer) read as no failure at exit 0. Here the assertion as a rank's traceback ends,
+    raised from DeepSpeed's broadcast: code that never called deepspeed.init_distributed, version_mismatch."""
+    log = (
+        "[rank1]: Traceback (most recent call last):\n"
+        '[rank1]:   File "/usr/lib/python3/site-packages/deepspeed/comm/comm.py", line 224, in broadcast\n'
+        "[rank1]: AssertionError: DeepSpeed backend not set, please initialize it using init_process_group()\n"
+    )
+    report = diagnose(log.encode())
+    assert report.exit_code == 1 and report.diagnosis.cause == "version_mismatch"
+    assert report.fix is not None and [c.key for c in report.fix.changes] == ["deepspeed.init_distributed()"]
+
+
+def test_the_shell_finding_no_launcher_is_a_failed_run() -> None:
+    """zai-org/VisualGLM-6B#54: bash's 'deepspeed: command not found' read as no failure at exit 0. Here zsh's
+    wording for torchrun: the run never started (exit 1). A helper tool missing in a setup script is not the run."""
+    assert diagnose(b"zsh: command not found: torchrun\n").exit_code == 1
+    healthy = (
+        "bash: nvidia-smi: command not found\n"
+        "[2024-03-01 10:00:00,000] [INFO] [logging.py:96:log_dist] [Rank 0] step=10, skipped=0, lr=[1e-05]\n"
+        "{'loss': 1.2, 'learning_rate': 1e-05, 'epoch': 0.1}\n"
+    )
+    assert diagnose(healthy.encode()).exit_code == 0

@@ -11,6 +11,7 @@ import re
 from zerotune.diagnose.records import Event, Kill
 from zerotune.diagnose.signals.nccl import NCCL_ID_WAIT
 from zerotune.diagnose.signals.signal import Hit, Signal
+from zerotune.schema.launch_line import LAUNCHERS
 
 EXCEPTION_LINE = re.compile(r"^\s*(?:[\w.]+\.)?(?:\w*(?:Error|Exception): |\w+(?:Error|Exception)\s*$)")
 """`RuntimeError: ...`, `torch.OutOfMemoryError: ...`: the last line of a Python traceback; an exception
@@ -44,6 +45,17 @@ _FAILED_EXIT = re.compile(
 exit code 255`), printed when the remote command it ran on a node, DeepSpeed's multi-node launch or one of its
 autotuner's experiments, ended non-zero; 255 is ssh's own failure to connect or log in (DeepSpeed#5709: ssh to
 localhost refused, the tuner's run never started)."""
+_LAUNCHER_NOT_FOUND = re.compile(
+    r"\b(?:" + "|".join(LAUNCHERS) + r"|python[\d.]*): command not found\b"
+    r"|command not found: (?:" + "|".join(LAUNCHERS) + r"|python[\d.]*)\b"
+)
+"""The shell finding no launcher to run (bash: `train.sh: line 56: deepspeed: command not found`, zsh: `command not
+found: deepspeed`): the command did not start, and the shell's status is 127 (bash manual, "Exit Status": a command
+that is not found). dash's `sh: 1: deepspeed: not found` is left out: its only literal, ": not found", starts with
+a byte on most log lines, which would slow the trigger scan (scan.py). The launchers are those a launch line starts with
+(schema.launch_line.LAUNCHERS) and the interpreter: a missing helper tool elsewhere in a setup script is not the
+run (zai-org/VisualGLM-6B#54: DeepSpeed installed, its `deepspeed` script not on PATH)."""
+SHELL_NOT_FOUND_EXIT = 127
 _FAILED = ("ChildFailedError", "Segmentation fault", "core dumped", "Fatal Python error")
 _NATIVE_ASSERT = re.compile(r"\.(?:c|cc|cpp|cxx|cu|cuh|h|hpp):\d+: .*Assertion [`'].*[`'] failed")
 """glibc's assert() message (`prog: file.cpp:125: int f(...): Assertion `expr' failed.`): a C++ op aborted the
@@ -66,6 +78,8 @@ def _failed(hit: Hit) -> None:
         hit.scan.add(hit.scan.exits, Event(hit.line, next(p for p in _FAILED if p in text)))
     elif _NATIVE_ASSERT.search(text):
         hit.scan.add(hit.scan.exits, Event(hit.line, "exit", SIGABRT_EXIT))
+    elif _LAUNCHER_NOT_FOUND.search(text):
+        hit.scan.add(hit.scan.exits, Event(hit.line, "exit", SHELL_NOT_FOUND_EXIT))
 
 
 _SIGBUS = re.compile(
@@ -274,6 +288,7 @@ SIGNALS = (
         (
             rb"xits with return code",
             rb"xited with exit code",  # pdsh's report of a node's remote command (_FAILED_EXIT)
+            rb"command not found",  # the shell's, for a launcher (_LAUNCHER_NOT_FOUND; bash, zsh)
             rb"xitcode",
             rb"ChildFailedError",
             rb"Segmentation fault",
