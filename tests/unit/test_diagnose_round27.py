@@ -43,3 +43,25 @@ def test_the_shell_finding_no_launcher_is_a_failed_run() -> None:
         "{'loss': 1.2, 'learning_rate': 1e-05, 'epoch': 0.1}\n"
     )
     assert diagnose(healthy.encode()).exit_code == 0
+
+
+def test_deepspeeds_mpi_discovery_failing_is_a_launch_without_its_environment() -> None:
+    """axolotl#1211: mpi4py missing in DeepSpeed's MPI discovery (accelerate's simple launcher set no RANK/WORLD_SIZE)
+    read as an NCCL error by its deepspeed/comm frame. Here `python train.py` reaching deepspeed.initialize, with
+    DeepSpeed's own log line before it: neither nccl_error nor version_mismatch (an ImportError's), but unclassified."""
+    log = (
+        "[2024-04-20 10:00:00,000] [INFO] [comm.py:652:init_distributed] Not using the DeepSpeed or dist launchers, "
+        "attempting to detect MPI environment...\n"
+        "Traceback (most recent call last):\n"
+        '  File "/home/user/train.py", line 40, in <module>\n'
+        "    engine, *_ = deepspeed.initialize(model=model, config=cfg)\n"
+        '  File "/opt/conda/lib/python3.10/site-packages/deepspeed/__init__.py", line 143, in initialize\n'
+        "    dist.init_distributed(dist_backend=dist_backend,\n"
+        '  File "/opt/conda/lib/python3.10/site-packages/deepspeed/comm/comm.py", line 658, in init_distributed\n'
+        "    mpi_discovery(distributed_port=distributed_port, verbose=verbose)\n"
+        '  File "/opt/conda/lib/python3.10/site-packages/deepspeed/comm/comm.py", line 677, in mpi_discovery\n'
+        "    from mpi4py import MPI\n"
+        "ModuleNotFoundError: No module named 'mpi4py'\n"
+    )
+    report = diagnose(log.encode())
+    assert report.exit_code == 1 and report.diagnosis.cause == "unclassified"

@@ -86,11 +86,19 @@ RAISED_IN: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"|transformers/integrations/deepspeed\.py (?:trainer_config_process|trainer_config_finalize|fill_match)$"
         ),
     ),
+    ("unclassified", re.compile(r"deepspeed/(?:comm/comm|utils/distributed)\.py mpi_discovery$")),
 )
 """(cause, the frame `PATH FUNC`) of code whose own raise is that cause, though a failure deeper under it
 is not: accelerate's and transformers' DeepSpeed integrations check the config before they call
 deepspeed.initialize (accelerate/accelerator.py `_prepare_deepspeed`, transformers/integrations/
-deepspeed.py `trainer_config_finalize`), so they count only as the last frame before the exception."""
+deepspeed.py `trainer_config_finalize`), so they count only as the last frame before the exception. DeepSpeed's
+`mpi_discovery` (deepspeed/comm/comm.py at 0.19.8, deepspeed/utils/distributed.py before the comm layer) runs only when
+init_distributed finds no launcher's RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT or LOCAL_RANK ("Not using the
+DeepSpeed or dist launchers, attempting to detect MPI environment..."), and opens with `from mpi4py import MPI`: what
+it raises is a launch without the distributed environment (axolotl#1211: accelerate's simple launcher, fixed by
+`--use_deepspeed`), neither a collective (nccl_error, as deepspeed/comm/ frames are) nor a release (an ImportError's
+version_mismatch). No cause in the table is a launch's missing environment, so it is `unclassified`, the import its
+evidence."""
 
 EXCEPTION_FAMILIES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("nccl_error", re.compile(r"DistBackendError|DistNetworkError|NCCL")),
