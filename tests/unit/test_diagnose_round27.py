@@ -65,3 +65,17 @@ def test_deepspeeds_mpi_discovery_failing_is_a_launch_without_its_environment() 
     )
     report = diagnose(log.encode())
     assert report.exit_code == 1 and report.diagnosis.cause == "unclassified"
+
+
+def test_ipython_8_frames_are_frames_and_qualified_names_keep_their_family() -> None:
+    """axolotl#705: IPython 8's `File PATH:N, in Class.method(ARGS)` frame of transformers' _load_pretrained_model,
+    cut at the raise, read as no failure at exit 0. Here the same notebook form in DeepSpeed's engine loading a
+    checkpoint: a frame (exit 1) whose qualified method name still places it in a checkpoint load."""
+    log = (
+        "File /opt/conda/lib/python3.10/site-packages/deepspeed/runtime/engine.py:2890, in "
+        "DeepSpeedEngine.load_checkpoint(self, load_dir, tag, load_module_strict, load_optimizer_states)\n"
+        "   2888     if tag is None:\n"
+        "-> 2890     load_path, client_states = self._load_checkpoint(load_dir, tag)\n"
+    )
+    report = diagnose(log.encode())
+    assert report.exit_code == 1 and report.diagnosis.cause == "checkpoint"
