@@ -12,6 +12,7 @@ from zerotune.diagnose.signals.config import (
     ACCELERATE_CONFIG_CHECK,
     ACCELERATE_PLUGIN,
     ACCELERATE_PREPARE,
+    COMM_BACKEND_UNSET,
     CONFIG_GIVEN_TWICE,
     CONFIG_SOURCE,
     OPTIMIZER_PAIRING,
@@ -219,6 +220,16 @@ def version_mismatch(d: Diagnosis, scan: Scan, job: Job) -> FixOut:
             reason="DeepSpeed 0.9.0 refuses a config given twice; earlier releases took one silently",
         )
         return unchecked([change], "The script predates DeepSpeed 0.9's check; its pinned DeepSpeed also runs it.")
+    if any(COMM_BACKEND_UNSET.search(line.text) for line in scan.version_errors):
+        change = Change(
+            key="deepspeed.init_distributed()",
+            old="not called before DeepSpeed's collectives",
+            new="called once torch.distributed is set up (before deepspeed.checkpointing or DeepSpeed's comm), "
+            "or the DeepSpeed release the code pins",
+            reason="DeepSpeed's comm layer (0.6.6+) needs its own backend; deepspeed.initialize sets it, earlier "
+            "releases used torch.distributed directly",
+        )
+        return unchecked([change], "The code predates DeepSpeed's comm layer; its pinned DeepSpeed also runs it.")
     versions = _versions(scan) or "the versions in the error"
     return unchecked(
         [

@@ -252,6 +252,16 @@ bigscience Megatron-DeepSpeed's `args=args`, #386): a script and a DeepSpeed rel
 by the release the script pins or by passing the config once."""
 
 
+COMM_BACKEND_UNSET = re.compile(r"DeepSpeed backend not set, please initialize it using init_process_group")
+"""DeepSpeed's communication layer asserting its own backend exists before a collective (deepspeed/comm/comm.py at
+0.19.8: `assert cdb is not None and cdb.is_initialized()` in new_group, broadcast, all_reduce and the others).
+deepspeed.initialize and zero.Init set it up themselves (deepspeed.init_distributed), so the assertion meets code that
+calls DeepSpeed's collectives or activation checkpointing before either, having initialised torch.distributed itself:
+code written before the comm layer existed (deepspeed/comm, PR 1985, in DeepSpeed 0.6.6 and later), when DeepSpeed
+used torch.distributed directly (THUDM/Chinese-Transformer-XL#17, Megatron-based: "does not support newer DeepSpeed",
+fixed by DeepSpeed 0.5.9 or a deepspeed.init_distributed call)."""
+
+
 _STAGE_ONLY = re.compile(
     r"\bonly (?:supported|makes sense|works|available|allowed) (?:with|for|in|under) (?:DeepSpeed )?"
     r"ZeRO[- ]?(?:[Ss]tage[- ]?)?(\d(?:(?:,\s*(?:or\s+)?|\s+or\s+|\s+and\s+)\d)*)",
@@ -546,7 +556,8 @@ def _version(hit: Hit) -> None:
     if "accepting this combination" in hit.line.text:
         return  # DeepSpeed accepts a CUDA minor-version difference: a warning, not the failure
     if _VERSION.search(hit.line.text) or (
-        CONFIG_GIVEN_TWICE.search(hit.line.text) and "assert " not in hit.line.text
+        (CONFIG_GIVEN_TWICE.search(hit.line.text) or COMM_BACKEND_UNSET.search(hit.line.text))
+        and "assert " not in hit.line.text
     ):
         hit.scan.add(hit.scan.version_errors, hit.line)
     elif (
@@ -632,6 +643,7 @@ SIGNALS = (
             rb"Weights only load failed",  # torch.load's weights-only refusal (WEIGHTS_ONLY_REFUSAL) and its tail:
             rb"Check the documentation of torch\.load",
             rb"Not sure how to proceed, we were given deepspeed",  # CONFIG_GIVEN_TWICE
+            rb"DeepSpeed backend not set",  # COMM_BACKEND_UNSET
             rb"_sync context manager is incompatible",  # DeepSpeed 0.16.0's no_sync assertion vs the HF Trainer of its time
         ),
         (_version,),

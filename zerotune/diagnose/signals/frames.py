@@ -9,7 +9,8 @@ no message-specific signal explains a failed run.
 
 Frame formats: Python's `File "PATH", line N, in FUNC`; rich's boxed `PATH:N in FUNC`; pytest's short
 traceback `PATH:N: in FUNC` (_pytest/_code/code.py: `--tb=short` entries are ReprFileLocation's `PATH:LINENO: MESSAGE`
-with the message `in NAME`, the source line after it; DeepSpeed#6656); IPython's `PATH in FUNC(ARGS)`. The launcher's own frames (torch/distributed/run.py, elastic/) are in every
+with the message `in NAME`, the source line after it; DeepSpeed#6656); IPython's `PATH in FUNC(ARGS)`, since IPython 8
+`File PATH:N, in FUNC(ARGS)` (ultratb's frame header, as ipykernel's traceback test spells it; axolotl#705, wrapped). The launcher's own frames (torch/distributed/run.py, elastic/) are in every
 torchrun failure whatever its cause, so they name no family.
 """
 
@@ -23,20 +24,23 @@ from zerotune.diagnose.signals.signal import Hit, Signal
 
 _FRAME = re.compile(
     r'(?:File )?"(?P<path>[^"]+)", line \d+, in (?P<func>[\w<>.]+)'  # Python (its `File ` lost when a paste starts mid-line)
-    r"|(?P<rpath>\S+\.py):\d+:? in (?P<rfunc>[\w<>.]+)"  # rich; pytest's short traceback (`:N: in`)
+    r"|(?P<rpath>\S+\.py):\d+[:,]? in (?P<rfunc>[\w<>.]+)"  # rich; pytest's short traceback (`:N: in`); IPython 8 (`:N, in`)
     r"|(?P<npath>\S+\.py) in (?P<nfunc>[\w<>.]+)\("  # IPython
 )
 
 CHECKPOINT_FUNCTIONS = (
     r"\w*(?:load|save)\w*_checkpoint\w*|save_16bit_model|_load_optimizer_and_scheduler|_load_rng_state"
-    r"|get_fp32_state_dict_from_zero_checkpoint|convert_zero_checkpoint_to_fp32_state_dict"
+    r"|get_fp32_state_dict_from_zero_checkpoint|convert_zero_checkpoint_to_fp32_state_dict|_load_pretrained_model"
 )
 """Functions that save or load a checkpoint: any whose name says it loads or saves one (DeepSpeed's engine
 `load_checkpoint`, `_load_zero_checkpoint`, `save_checkpoint`; transformers' `_load_from_checkpoint` and
 integrations/deepspeed.py `deepspeed_load_checkpoint`, LlamaFactory#8098; accelerate's
 `load_checkpoint_in_model`), and those of zero_to_fp32 and the Trainer that do without saying so (0.19.8,
-transformers 4.5x). Activation checkpointing's functions (`checkpoint`, `CheckpointFunction.forward`)
-neither load nor save."""
+transformers 4.5x), and transformers' `PreTrainedModel._load_pretrained_model` (modeling_utils.py), which reads a
+saved model's state dict into the model `from_pretrained` built (axolotl#705: a ZeRO-3 save of placeholders, its
+load refused there). Activation checkpointing's functions (`checkpoint`, `CheckpointFunction.forward`)
+neither load nor save. IPython 8 names a method with its class (`PreTrainedModel._load_pretrained_model`), so the
+families match the name after a `.` as after a space."""
 
 FAMILIES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     (cause, re.compile(pattern))
@@ -51,14 +55,14 @@ FAMILIES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         # under `loss_scaler.py ... in backward` / `scaled_loss.backward(...)`)
         (
             "fp16_overflow",
-            r"deepspeed/runtime/fp16/loss_scaler\.py (?!backward$)|\s(?:_overflow_check_and_loss_scale_update|_update_scale)$",
+            r"deepspeed/runtime/fp16/loss_scaler\.py (?!backward$)|[\s.](?:_overflow_check_and_loss_scale_update|_update_scale)$",
         ),
         (
             # runtime/state_dict_factory.py is DeepSpeed's reader of the mp_rank_*_model_states.pt files
             # (SDLoaderFactory; `check_ckpt_list` asserts it was given some: DeepSpeed PR 1322's report)
             "checkpoint",
             r"deepspeed/checkpoint/|checkpoint_engine/|zero_to_fp32\.py|ds_to_universal\.py|torch/serialization\.py"
-            r"|deepspeed/runtime/state_dict_factory\.py|safetensors/|\s(?:" + CHECKPOINT_FUNCTIONS + r")$",
+            r"|deepspeed/runtime/state_dict_factory\.py|safetensors/|[\s.](?:" + CHECKPOINT_FUNCTIONS + r")$",
         ),
         (
             "zero3_param",
@@ -86,11 +90,19 @@ RAISED_IN: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"|transformers/integrations/deepspeed\.py (?:trainer_config_process|trainer_config_finalize|fill_match)$"
         ),
     ),
+    ("unclassified", re.compile(r"deepspeed/(?:comm/comm|utils/distributed)\.py mpi_discovery$")),
 )
 """(cause, the frame `PATH FUNC`) of code whose own raise is that cause, though a failure deeper under it
 is not: accelerate's and transformers' DeepSpeed integrations check the config before they call
 deepspeed.initialize (accelerate/accelerator.py `_prepare_deepspeed`, transformers/integrations/
-deepspeed.py `trainer_config_finalize`), so they count only as the last frame before the exception."""
+deepspeed.py `trainer_config_finalize`), so they count only as the last frame before the exception. DeepSpeed's
+`mpi_discovery` (deepspeed/comm/comm.py at 0.19.8, deepspeed/utils/distributed.py before the comm layer) runs only when
+init_distributed finds no launcher's RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT or LOCAL_RANK ("Not using the
+DeepSpeed or dist launchers, attempting to detect MPI environment..."), and opens with `from mpi4py import MPI`: what
+it raises is a launch without the distributed environment (axolotl#1211: accelerate's simple launcher, fixed by
+`--use_deepspeed`), neither a collective (nccl_error, as deepspeed/comm/ frames are) nor a release (an ImportError's
+version_mismatch). No cause in the table is a launch's missing environment, so it is `unclassified`, the import its
+evidence."""
 
 EXCEPTION_FAMILIES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("nccl_error", re.compile(r"DistBackendError|DistNetworkError|NCCL")),
@@ -229,10 +241,22 @@ def located(scan: Scan) -> Event | None:
 
 
 SIGNALS = (
-    Signal("last_frame", (rb'File "', rb"\.py:\d+ in \w", rb"\.py:\d+: in [\w<]", rb"\.py in \w+\("), (_last_frame,)),
+    Signal(
+        "last_frame",
+        (rb'File "', rb"\.py:\d+ in \w", rb"\.py:\d+: in [\w<]", rb"\.py:\d+, in [\w<]", rb"\.py in \w+\("),
+        (_last_frame,),
+    ),
     Signal(
         "frame_causes",
-        (rb'File "', rb"\.py:\d+ in \w", rb"\.py:\d+: in [\w<]", rb"\.py in \w+\(", rb"Error:", rb"Exception:"),
+        (
+            rb'File "',
+            rb"\.py:\d+ in \w",
+            rb"\.py:\d+: in [\w<]",
+            rb"\.py:\d+, in [\w<]",
+            rb"\.py in \w+\(",
+            rb"Error:",
+            rb"Exception:",
+        ),
         (_frame, _exception),
     ),
 )

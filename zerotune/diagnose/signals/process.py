@@ -11,6 +11,7 @@ import re
 from zerotune.diagnose.records import Event, Kill
 from zerotune.diagnose.signals.nccl import NCCL_ID_WAIT
 from zerotune.diagnose.signals.signal import Hit, Signal
+from zerotune.schema.launch_line import LAUNCHERS
 
 EXCEPTION_LINE = re.compile(r"^\s*(?:[\w.]+\.)?(?:\w*(?:Error|Exception): |\w+(?:Error|Exception)\s*$)")
 """`RuntimeError: ...`, `torch.OutOfMemoryError: ...`: the last line of a Python traceback; an exception
@@ -44,6 +45,17 @@ _FAILED_EXIT = re.compile(
 exit code 255`), printed when the remote command it ran on a node, DeepSpeed's multi-node launch or one of its
 autotuner's experiments, ended non-zero; 255 is ssh's own failure to connect or log in (DeepSpeed#5709: ssh to
 localhost refused, the tuner's run never started)."""
+_LAUNCHER_NOT_FOUND = re.compile(
+    r"\b(?:" + "|".join(LAUNCHERS) + r"|python[\d.]*): command not found\b"
+    r"|command not found: (?:" + "|".join(LAUNCHERS) + r"|python[\d.]*)\b"
+)
+"""The shell finding no launcher to run (bash: `train.sh: line 56: deepspeed: command not found`, zsh: `command not
+found: deepspeed`): the command did not start, and the shell's status is 127 (bash manual, "Exit Status": a command
+that is not found). dash's `sh: 1: deepspeed: not found` is left out: its only literal, ": not found", starts with
+a byte on most log lines, which would slow the trigger scan (scan.py). The launchers are those a launch line starts with
+(schema.launch_line.LAUNCHERS) and the interpreter: a missing helper tool elsewhere in a setup script is not the
+run (zai-org/VisualGLM-6B#54: DeepSpeed installed, its `deepspeed` script not on PATH)."""
+SHELL_NOT_FOUND_EXIT = 127
 _FAILED = ("ChildFailedError", "Segmentation fault", "core dumped", "Fatal Python error")
 _NATIVE_ASSERT = re.compile(r"\.(?:c|cc|cpp|cxx|cu|cuh|h|hpp):\d+: .*Assertion [`'].*[`'] failed")
 """glibc's assert() message (`prog: file.cpp:125: int f(...): Assertion `expr' failed.`): a C++ op aborted the
@@ -66,6 +78,8 @@ def _failed(hit: Hit) -> None:
         hit.scan.add(hit.scan.exits, Event(hit.line, next(p for p in _FAILED if p in text)))
     elif _NATIVE_ASSERT.search(text):
         hit.scan.add(hit.scan.exits, Event(hit.line, "exit", SIGABRT_EXIT))
+    elif _LAUNCHER_NOT_FOUND.search(text):
+        hit.scan.add(hit.scan.exits, Event(hit.line, "exit", SHELL_NOT_FOUND_EXIT))
 
 
 _SIGBUS = re.compile(
@@ -207,7 +221,8 @@ LOOP_STARTING = re.compile(r"\b0/\d+ \[[\d:]+<\?, \?it/s\]")
 _INIT = re.compile(
     r"Using\s+\S+\s+as PyTorch extensions root|Loading extension module|Time to load \w+ op|Building extension module"
     r"|Initializing TorchBackend|Added key: store_based_barrier_key|NCCL INFO .*Init COMPLETE"
-    r"|DeepSpeed info: version=|Waiting for \w+|Rank \d+ is waiting|Activation Checkpointing Information"
+    r"|DeepSpeed info: version=|Waiting for \w+|Waiting in store based barrier|Rank \d+ is waiting"
+    r"|Activation Checkpointing Information"
     r"|\[(?:INFO|WARNING)\] \[(?:partition_parameters|parameter_offload|engine|stage3|stage_1_and_2)\.py:\d+:(?!step\])"
     r"|Launching exp_id = \d+|Scheduler wrote ds_config to"
     r"|" + LOOP_STARTING.pattern
@@ -224,7 +239,11 @@ older releases (THUDM/GLM#157, a multi-node run that stopped there overnight). D
 starting an experiment ("Scheduler wrote ds_config to", "Launching exp_id = N": autotuning/scheduler.py
 run_experiment) is such a start too: each experiment is a fresh launch, and a log that ends there, with no
 "Done running exp_id" after it, waits on an experiment that never reported (DeepSpeed#4100: a failed
-experiment left the tuner waiting)."""
+experiment left the tuner waiting). torch's "Waiting in store based barrier to initialize process group for
+rank: N, key: ... (world_size=W, worker_count=C, ...)" (`num_workers_joined=` since torch 2.1) is logged by
+distributed_c10d.py `_store_based_barrier` only while fewer than W ranks have joined the new group, every
+~10 s until its timeout raises DistStoreError: ranks waiting at start-up for the ones missing (s-JoL/Open-Llama#47:
+7 of 8 joined, rank 0 held in wandb's start)."""
 
 
 def _hang(hit: Hit) -> None:
@@ -269,6 +288,7 @@ SIGNALS = (
         (
             rb"xits with return code",
             rb"xited with exit code",  # pdsh's report of a node's remote command (_FAILED_EXIT)
+            rb"command not found",  # the shell's, for a launcher (_LAUNCHER_NOT_FOUND; bash, zsh)
             rb"xitcode",
             rb"ChildFailedError",
             rb"Segmentation fault",
@@ -321,6 +341,7 @@ SIGNALS = (
             rb"Init COMPLETE",
             rb"DeepSpeed info",
             rb"Waiting for",
+            rb"Waiting in store based",
             rb"Rank \d+ is waiting",
             rb"Activation Checkpointing Information",
             rb"<\?, \?it/s\]",
