@@ -377,6 +377,50 @@ class PartialOffloadOptimizer(Rule):
             yield self.emit(ctx, "/optimizer/type", ratio=ratio, opt=opt)
 
 
+class PartialOffloadToNvme(Rule):
+    """Partial optimizer offload (`ratio` < 1) to NVMe.
+
+    ## What it does
+    Reports `offload_optimizer.ratio` < 1 with `offload_optimizer.device: nvme` at stage 3.
+
+    ## Why is this bad?
+    Partial offload keeps the first `1 - ratio` of the optimizer's sub-groups on the GPU and steps them with a
+    GPU AdamW, the rest on the host with DeepSpeedCPUAdam (`subgroup_to_device`). The NVMe swapper does not
+    look at that split: every sub-group large enough to swap is swapped (`_swappable_optimizer_subgroup` reads
+    only its size), so the GPU sub-groups' states come back in host buffers and the GPU optimizer's step fails
+    on CPU tensors ("expected input to be on cuda", DeepSpeed issue 4872). Partial offload is a CPU-offload
+    feature (ZeRO-Offload++ "Twin-Flow", blogs/deepspeed-offloadpp in the DeepSpeed repository).
+
+    ## Example
+    ```json
+    {"optimizer": {"type": "AdamW"}, "zero_optimization": {"stage": 3,
+     "offload_optimizer": {"device": "nvme", "nvme_path": "/local_nvme", "ratio": 0.5}}}
+    ```
+
+    ## Use instead
+    ```json
+    {"optimizer": {"type": "AdamW"}, "zero_optimization": {"stage": 3,
+     "offload_optimizer": {"device": "cpu", "ratio": 0.5}}}
+    ```
+
+    ## References
+    - deepspeed/runtime/zero/stage3.py `_create_fp32_partitions` (`subgroup_to_device`) and
+      `_swappable_optimizer_subgroup` (DeepSpeed 0.19.8)
+    - https://github.com/deepspeedai/DeepSpeed/issues/4872
+    """
+
+    code = "ZT309"
+    name = "partial-offload-nvme"
+    severity = Severity.ERROR
+    message = "partial offload (ratio {ratio:g}) to nvme: the NVMe swapper also swaps the sub-groups kept on the GPU; use device cpu"
+
+    def check(self, ctx: Context) -> Iterator[Diagnostic]:
+        given, ratio = _value(ctx, "offload_optimizer", "ratio")
+        sec = ctx.zero.get("offload_optimizer")
+        if given and ratio < 1 and ctx.stage == 3 and isinstance(sec, dict) and sec.get("device") == "nvme":
+            yield self.emit(ctx, "/zero_optimization/offload_optimizer/ratio", ratio=ratio)
+
+
 RULES = (
     OffloadParamBelowStage3,
     NvmeWithoutPath,
@@ -386,4 +430,5 @@ RULES = (
     OffloadDeviceNone,
     SuperOffloadBelowStage3,
     PartialOffloadOptimizer,
+    PartialOffloadToNvme,
 )
