@@ -29,7 +29,9 @@ zerotune.model.memory.estimate_memory), so the fit uses exactly what the model m
    one number, so it is shared among the terms the run exercises by their shares of its step, the
    least change of the profile that explains it (zerotune/calibrate/shares.py: FLOP/s, link bandwidth,
    optimizer and CPU Adam rates, host<->device copy rate, fixed, launch and hook costs, each within its
-   bound); a term the run does not exercise (a stage-3 hook for a stage-2 run) stays at its prior. Then the **step scale**
+   bound); a term the run does not exercise (a stage-3 hook for a stage-2 run) stays at its prior. Several
+   runs: each run's own move, averaged, corrected toward explaining them all at once, so their
+   differences move the terms whose shares differ between them (shares.py _joint). Then the **step scale**
    (`overheads.step_scale`): one factor on every predicted time for what the terms leave (1 when they
    explain the runs; what the timers leave of timed runs), and the **per-step overhead** where
    leave-one-out over 3+ runs of different tokens per step shows it. One such run's fit is carried in full
