@@ -85,7 +85,7 @@ LOCATED_TEXT: dict[str, str] = {
     "fp16_overflow": "in fp16 loss scaling (the loss scaler's update after an overflow)",
     "checkpoint": "while a checkpoint was saved, loaded or converted",
     "zero3_param": "in ZeRO-3's parameter partitioning or gathering",
-    "config_rejected": "while DeepSpeed read its config",
+    "config_rejected": "in a check of DeepSpeed's config (an option, or a combination it does not implement)",
     "version_mismatch": "in a library's version or import check (an installed package of another release)",
     "nccl_error": "in a collective (torch.distributed / deepspeed.comm)",
 }

@@ -187,9 +187,27 @@ def _frame(hit: Hit) -> None:
         s.last_frame_cause = Event(hit.line, cause, "frame")
 
 
+_NOT_IMPLEMENTED = re.compile(r"^\s*NotImplementedError\b")
+_DEEPSPEED_RUNTIME = re.compile(r"deepspeed/runtime/")
+"""DeepSpeed's runtime raises NotImplementedError for an option, or a combination of options, it does not implement
+(0.19.8: engine.py `_do_optimizer_sanity_check`'s "unsupported mix of model_dtype and grad_accum_dtype" and amp with
+fp16/bf16, "ZeRO stage N not implemented", coalesce_grad_reduction outside ZeRO 1-3 or under pipeline parallelism;
+pipe/module.py's partitioning method; stage3.py's elastic checkpointing; config.py's sparsity mode). Before the BF16
+optimizer took bf16 with pipeline parallelism, pipe/engine.py `_exec_reduce_grads` raised it bare for bf16 with a ZeRO
+stage (gpt-neox#963, fixed by that project's config: gpt-neox PR 1032). The message, when there is one, names the
+option; the fix is the config, so `config_rejected`."""
+
+
 def _exception(hit: Hit) -> None:
     if EXCEPTION_LINE.match(hit.line.text):
         s = hit.scan
+        if (
+            _NOT_IMPLEMENTED.match(hit.line.text)
+            and s.last_frame is not None
+            and _DEEPSPEED_RUNTIME.search(_where(s.last_frame.text) or "")
+        ):
+            s.add(s.frame_causes, Event(hit.line, "config_rejected", "raised"))
+            return
         raised = frame_family(s.last_frame.text, RAISED_IN) if s.last_frame is not None else None
         if raised is not None:
             s.add(s.frame_causes, Event(hit.line, raised, "raised"))

@@ -282,7 +282,9 @@ def _vendor_solution(hit: Hit) -> None:
 SIGNALS = (
     Signal("vendor_solutions", (rb"Solution: ",), (_vendor_solution,)),
     Signal("tracebacks", (rb"Traceback",), (_traceback,)),
-    Signal("last_exception", (rb"Error:", rb"Exception:"), (_exception,)),
+    # an exception raised without a message prints its bare name as the traceback's last line
+    # (`NotImplementedError`, gpt-neox#963): a line that ends on the name (EXCEPTION_LINE re-checks the whole line)
+    Signal("last_exception", (rb"Error:", rb"Exception:", rb"Error[ \t\r]*(?:\n|\Z)"), (_exception,)),
     Signal(
         "exits",
         (
