@@ -922,8 +922,8 @@ def test_a_profiled_steps_disturbed_timers_are_no_measurement() -> None:
 def test_a_job_of_another_kind_takes_the_host_costs_of_one_run_at_the_weight() -> None:
     """One run's throughput figure moves FLOP/s and DeepSpeed's host costs by their shares of its step. A
     job of the run's kind takes the fit in full; a job of another kind (here another model) takes the host
-    costs at the inverse-variance weight of the fit against the profile as it was (30.2% catalog against
-    28.0% carried in full: w = 0.54) and the rates in full (zerotune/model/carried.py)."""
+    costs at the inverse-variance weight of the fit against the profile as it was (31.3% catalog against
+    33.8% carried in full: w = 0.46) and the rates in full (zerotune/model/carried.py)."""
     from zerotune.calibrate.from_log import CARRIED_IN_FULL_OTHER_JOB_ERROR_PCT
     from zerotune.catalog.trust import CATALOG_ERROR_PCT
     from zerotune.model.carried import at_weight
@@ -934,7 +934,7 @@ def test_a_job_of_another_kind_takes_the_host_costs_of_one_run_at_the_weight() -
     fitted = fit_logs([_job("gpt2", 1, 512, 2, Measured(step_s=Figure(step, "log:7")))], base).profile
     w = fitted.calibration.other_job_weight
     assert w == pytest.approx(CATALOG_ERROR_PCT**2 / (CATALOG_ERROR_PCT**2 + CARRIED_IN_FULL_OTHER_JOB_ERROR_PCT**2))
-    assert 0.5 < w < 0.6
+    assert 0.4 < w < 0.5  # both errors are of one size: about half the run's host-cost move carries
     moved = {v.path: v for v in fitted.calibration.values}
     per_step = moved["overheads.per_step_s"]
     assert per_step.calibrated < per_step.probed  # the run moved the fixed cost...
