@@ -359,7 +359,7 @@ def estimate_memory(
     per_node = workload.gpus_per_node
     # host memory outside the optimizer-offload timeline: offloaded parameters without optimizer
     # offload, NVMe swap buffers, checkpoints kept in CPU memory
-    host_static = (0 if offload else states.cpu) + offload_host_buffers(facts.psi, n_d, stage, zero, e)
+    host_static = (0 if offload else states.cpu) + offload_host_buffers(facts.psi, n_d, stage, zero, e, trainable)
     host_static += hpz_secondary if par_dev == "cpu" else 0
     if workload.checkpoint_in_cpu and workload.activation_checkpointing:
         seq, micro = workload.seq_len, workload.micro_batch

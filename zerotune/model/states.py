@@ -218,18 +218,21 @@ def cached_model_states(
     )
 
 
-def offload_host_buffers(psi: int, n_d: int, stage: int, zero: ZeroSettings, elem_bytes: int) -> int:
+def offload_host_buffers(
+    psi: int, n_d: int, stage: int, zero: ZeroSettings, elem_bytes: int, trainable: int | None = None
+) -> int:
     """Pinned host swap buffers of one rank for stage-3 NVMe offload (docs/deepspeed-facts.md §2, §4.2).
 
     Optimizer: `buffer_count` fp32 buffers of the largest sub-group (swap_tensor/optimizer_utils.py
-    SwapBufferManager). Parameters: `buffer_count` × `buffer_size` elements in the model dtype
-    (partitioned_param_swapper.py).
+    SwapBufferManager). Its sub-groups hold the trainable elements only (stage3.py
+    `_get_trainable_parameter_groups`): `trainable` of Ψ for a LoRA job, whose buffers are the adapters'.
+    Parameters: `buffer_count` × `buffer_size` elements in the model dtype (partitioned_param_swapper.py).
     """
     if stage != 3:
         return 0
     total = 0
     if zero.offload_optimizer.device == "nvme":
-        sub_group = min(-(-psi // n_d), zero.sub_group_size)
+        sub_group = min(-(-(psi if trainable is None else trainable) // n_d), zero.sub_group_size)
         total += zero.offload_optimizer.buffer_count * sub_group * 4
     if zero.offload_param.device == "nvme":
         total += zero.offload_param.buffer_count * zero.offload_param.buffer_size * elem_bytes
