@@ -17,6 +17,7 @@ from zerotune.diagnose.signals.config import (
     CONFIG_SOURCE,
     OPTIMIZER_PAIRING,
     PARALLEL_LAYOUT,
+    QUANTIZED_UNDER_ZERO3,
     TENSOR_PARALLEL_LOAD,
     ZERO3_LOADING,
     ZERO_STAGE_FEATURE,
@@ -150,6 +151,19 @@ def config_rejected(d: Diagnosis, scan: Scan, job: Job) -> FixOut:
             ],
             "If the script passes neither, a transformers/accelerate pair of other releases than the script's "
             "sets them (install the versions it pins).",
+        )
+    if rej is not None and rej.model == QUANTIZED_UNDER_ZERO3:
+        return unchecked(
+            [
+                Change(
+                    key="zero_optimization.stage",
+                    old=3,
+                    new="2 (or below)",
+                    reason="ZeRO-3 cuts each parameter into 1-D shards; a quantized weight's layout and scales are whole",
+                )
+            ],
+            "Or keep ZeRO-3 and load the model unquantized (no quantization_bit; a bf16 checkpoint instead of a "
+            "PTQ-quantized one).",
         )
     if rej is not None and rej.model == TENSOR_PARALLEL_LOAD:
         return unchecked(

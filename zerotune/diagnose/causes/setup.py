@@ -175,6 +175,12 @@ def config_rejected(scan: Scan, offload_configured: bool) -> Diagnosis | None:
             "transformers refused to load the model with low_cpu_mem_usage or a device_map while DeepSpeed ZeRO-3 "
             "is active: under ZeRO-3 the weights are partitioned as they load."
         )
+    elif rej.model == config.QUANTIZED_UNDER_ZERO3:
+        text = (
+            "The training framework refused a quantized model (quantization on load, or a checkpoint quantized after "
+            "training) while DeepSpeed ZeRO-3 is active: ZeRO-3 cuts every parameter into 1-D shards across the ranks, "
+            "while a quantized weight's packed layout and block scales belong to the whole tensor."
+        )
     elif rej.model == config.TENSOR_PARALLEL_LOAD:
         text = (
             "The model holds DTensor parameters, so DeepSpeed's (or DDP's) broadcast of its parameters found no device "

@@ -314,10 +314,24 @@ _INDIVISIBLE = re.compile(
 should be divisible by the pipeline-model-parallel size" (megatron/training/arguments.py). The fix is a setting
 (a parallel size, the layer or expert count, the GPU count), as for DeepSpeed's batch assertion."""
 
-_ZERO3_LOADING = re.compile(r"DeepSpeed Zero-3 is not compatible with `?low_cpu_mem_usage")
+_ZERO3_LOADING = re.compile(r"DeepSpeed Zero-3 is not compatible with (?:`?low_cpu_mem_usage|passing a `?device_map)")
 """transformers' `from_pretrained` refusing `low_cpu_mem_usage=True` or a `device_map` while ZeRO-3 is active
-(modeling_utils.py: ZeRO-3 builds the model under zero.Init and places the weights itself): the loading call asks
-for what ZeRO-3 does (LLamaTuner#69: the script's device_map; removing it ran)."""
+(modeling_utils.py: ZeRO-3 builds the model under zero.Init and places the weights itself; its later releases name the
+device_map alone, "... not compatible with passing a `device_map`."): the loading call asks for what ZeRO-3 does
+(LLamaTuner#69: the script's device_map; removing it ran)."""
+
+_QUANTIZED_UNDER_ZERO3 = re.compile(
+    r"DeepSpeed ZeRO-?3 (?:or FSDP )?is (?:incompatible|not compatible) with (?:[\w-]*quantiz(?:ation|ed models?))", re.I
+)
+"""A training framework refusing a quantized model under ZeRO-3 before loading it (transformers'
+`is_deepspeed_zero3_enabled()` checked where the model is loaded): LLaMA-Factory's model/model_utils/quantization.py
+`configure_quantization` ("DeepSpeed ZeRO-3 or FSDP is incompatible with PTQ-quantized models." for a checkpoint that
+carries a quantization_config; "DeepSpeed ZeRO-3 is incompatible with quantization." for its bitsandbytes
+`quantization_bit` in the older loader, copied by scripts derived from it). ZeRO-3 cuts every parameter into 1-D shards across
+the ranks (DeepSpeed 0.19.8 runtime/zero/partition_parameters.py `_partition_param`: `param.contiguous().view(-1)` into
+`param.ds_tensor`), while a quantized weight's packed layout and block scales belong to the whole tensor; the ZeRO
+stage (or the quantization) is the setting to change (LlamaFactory#6898: DeepSeek-R1's FP8 checkpoint under
+ds_z3_offload_config.json)."""
 
 
 _TENSOR_PARALLEL_LOAD = re.compile(r"found no DeviceMesh from dtensor args for c10d\.\w+")
@@ -334,7 +348,12 @@ def _loading_or_layout(hit: Hit) -> None:
     text = hit.line.text
     if 'f"' in text or ".format(" in text:
         return  # the assert's source line quoted by a rich traceback, not its message
-    if _ZERO3_LOADING.search(text):
+    if _QUANTIZED_UNDER_ZERO3.search(text):
+        if text.strip().startswith("raise "):
+            return  # the raise statement a traceback quotes; its exception line follows
+        field = FieldError("zero_optimization.stage / quantization", text.strip()[:200])
+        hit.scan.add(hit.scan.rejections, Rejection(hit.line, "assert", model=QUANTIZED_UNDER_ZERO3, fields=[field]))
+    elif _ZERO3_LOADING.search(text):
         field = FieldError("(from_pretrained) device_map / low_cpu_mem_usage", text.strip()[:200])
         hit.scan.add(hit.scan.rejections, Rejection(hit.line, "assert", model=ZERO3_LOADING, fields=[field]))
     elif _TENSOR_PARALLEL_LOAD.search(text):
@@ -348,6 +367,7 @@ def _loading_or_layout(hit: Hit) -> None:
 
 PARALLEL_LAYOUT = "the parallel layout"
 ZERO3_LOADING = "transformers' ZeRO-3 loading"
+QUANTIZED_UNDER_ZERO3 = "a quantized model under ZeRO-3"
 TENSOR_PARALLEL_LOAD = "a tensor-parallel model load"
 
 
