@@ -20,7 +20,8 @@ between runs of the same mix of costs cannot be predicted from one run), the pre
 (compute, exposed communication, optimizer + offload, fixed overhead), and the peak's signed error with
 the counter the source read (one run's gap is not applied: the spread of these errors within a source is
 what one run cannot identify), and the pairs of a source's runs that contradict each other on memory
-(zerotune.calibrate.log_terms.memory_contradictions: costed alike, measured apart).
+(zerotune.calibrate.log_terms.memory_contradictions: costed alike, measured apart) and on step time
+(zerotune.calibrate.from_log.step_contradictions: one kind of job, ratios further apart than its band).
 
 The CPU part (on this machine: calibrate from the log of one `zerotune bench` run, predict the held-out
 grid, next to `zerotune calibrate`'s own held-out MAPE) is a column of every round of
@@ -58,7 +59,7 @@ from published import (  # noqa: E402
     run_workload,
 )
 
-from zerotune.calibrate.from_log import fit_logs, observation_kind  # noqa: E402
+from zerotune.calibrate.from_log import fit_logs, observation_kind, step_contradictions  # noqa: E402
 from zerotune.calibrate.log_terms import memory_contradictions  # noqa: E402
 from zerotune.calibrate.observation import Observation, predict, predict_peak  # noqa: E402
 from zerotune.diagnose.measure import Figure, Measured  # noqa: E402
@@ -182,7 +183,9 @@ def source_rows(runs: list[Any]) -> dict[str, Any] | None:
             row["mem_after_pct"] = _ape(predict_peak(held, fitted), mem.value)
         rest_rows.append(row)
     contradicting = memory_contradictions([o for o, _ in obs], obs[0][1])
-    return {"runs": len(obs), "pairs": pairs, "rest": rest_rows, "run_rows": runs_rows, "contradictions": contradicting}
+    steps = step_contradictions([o for o, _ in obs], obs[0][1])
+    return {"runs": len(obs), "pairs": pairs, "rest": rest_rows, "run_rows": runs_rows, "contradictions": contradicting,
+            "step_contradictions": steps}  # fmt: skip
 
 
 def _mean(rows: list[dict[str, Any]], key: str, kind: str | None = None) -> float | None:
@@ -210,6 +213,7 @@ def published_part() -> dict[str, Any]:
                 "rest": found["rest"],
                 "run_rows": found["run_rows"],
                 "memory_contradictions": found["contradictions"],
+                "step_contradictions": found["step_contradictions"],
                 "tput_before_pct": _mean(pairs, "tput_before_pct"),
                 "tput_after_pct": _mean(pairs, "tput_after_pct"),
                 "mem_before_pct": _mean(pairs, "mem_before_pct", "max_allocated"),
@@ -357,7 +361,7 @@ def print_runs(doc: dict[str, Any]) -> None:
             parts = "  ".join(f"{k} {v:7.3f}" for k, v in r["parts_s"].items())
             mem = f"  peak {r['mem_error_pct']:+6.1f}% {r['memory_kind']}" if r["mem_error_pct"] is not None else ""
             print(f"  {r['run'][:62]:62} {'x' + format(ratio, '.2f') if ratio else '    -':>6}  {parts}{mem}")
-        for line in s["memory_contradictions"]:
+        for line in s["memory_contradictions"] + s["step_contradictions"]:
             print(f"  contradiction: {line}")
 
 
