@@ -14,7 +14,7 @@ run").
 
 from __future__ import annotations
 
-from zerotune.schema.hardware import CalibratedValue, HardwareProfile
+from zerotune.schema.hardware import HardwareProfile
 
 HOST_TIMES = (
     "per_step_s", "single_rank_per_step_s", "per_micro_step_s", "per_layer_launch_s", "per_module_hook_s",
@@ -54,38 +54,14 @@ def for_job(profile: HardwareProfile, kind: str) -> HardwareProfile:
 
 
 def at_weight(profile: HardwareProfile, weight: float) -> HardwareProfile:
-    """Every host time (HOST_TIMES) fitted on the user's run (`source` set) at probed x (calibrated /
-    probed)^weight; the rates as fitted."""
-    out = profile
+    """Every host time (HOST_TIMES: all of them `overheads` values) fitted on the user's run (`source` set) at
+    probed x (calibrated / probed)^weight; the rates as fitted."""
+    update: dict[str, float] = {}
     for value in profile.calibration.values if profile.calibration else []:
-        if value.source is None or value.path.removeprefix("overheads.") not in HOST_TIMES:
-            continue
-        if not value.probed or not value.calibrated:
-            continue  # no prior to weigh against (one-run fits move no such value)
-        out = _scaled(out, value, (value.probed / value.calibrated) ** (1 - weight))
-    return out
-
-
-def _scaled(profile: HardwareProfile, value: CalibratedValue, factor: float) -> HardwareProfile:
-    """`profile` with the number at `value.path` times `factor` (a rate of the precision scales every
-    shape point and achieved rate of it, as the fit moved them: zerotune/calibrate/log_terms.py with_flops;
-    a collective's curve with its bus bandwidth, as with_busbw)."""
-    head, *rest = value.path.split(".")
-    if head == "compute" and rest[0] == "achieved_flops":
-        precision, compute = rest[1], profile.compute
-        update: dict = {}
-        if compute.shape_points.get(precision):
-            points = [p.model_copy(update={"flops": p.flops * factor}) for p in compute.shape_points[precision]]
-            update["shape_points"] = {**compute.shape_points, precision: points}
-        if precision in compute.achieved_flops:
-            update["achieved_flops"] = {**compute.achieved_flops, precision: compute.achieved_flops[precision] * factor}
-        return profile.model_copy(update={"compute": compute.model_copy(update=update)})
-    part = getattr(profile, head)
-    if rest[0] == "collectives":
-        op = rest[1]
-        perf = part.collectives[op]
-        perf = perf.model_copy(
-            update={"busbw_Bps": perf.busbw_Bps * factor, "curve": [(s, bw * factor) for s, bw in perf.curve]}
-        )
-        return profile.model_copy(update={head: part.model_copy(update={"collectives": {**part.collectives, op: perf}})})
-    return profile.model_copy(update={head: part.model_copy(update={rest[0]: getattr(part, rest[0]) * factor})})
+        name = value.path.removeprefix("overheads.")
+        if value.source is None or name not in HOST_TIMES or not value.probed or not value.calibrated:
+            continue  # a rate, or no prior to weigh against (one-run fits move no such value)
+        update[name] = getattr(profile.overheads, name) * (value.probed / value.calibrated) ** (1 - weight)
+    if not update:
+        return profile
+    return profile.model_copy(update={"overheads": profile.overheads.model_copy(update=update)})
